@@ -1,0 +1,151 @@
+//! Every key and value that crosses the kernel boundary, declared once.
+//!
+//! Rules (checked at compile time below): `#[repr(C)]`, no implicit padding
+//! (explicit `_pad` fields, `u32` flags instead of `bool`), sizes fixed.
+//! The eBPF side uses these types as map keys/values; userspace reads them
+//! with aya (`Pod`, behind the `user` feature).
+#![no_std]
+
+mod offsets;
+#[cfg(feature = "user")]
+mod user;
+
+pub use offsets::KernelOffsets;
+
+/// Length of `task_struct::comm`, including the trailing NUL.
+pub const TASK_COMM_LEN: usize = 16;
+
+/// Address families as the kernel stores them in `sock_common::skc_family`.
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+
+/// TCP states (include/net/tcp_states.h); stable kernel ABI.
+pub mod tcp_state {
+    pub const ESTABLISHED: i32 = 1;
+    pub const SYN_SENT: i32 = 2;
+    pub const SYN_RECV: i32 = 3;
+    pub const FIN_WAIT1: i32 = 4;
+    pub const FIN_WAIT2: i32 = 5;
+    pub const TIME_WAIT: i32 = 6;
+    pub const CLOSE: i32 = 7;
+    pub const CLOSE_WAIT: i32 = 8;
+    pub const LAST_ACK: i32 = 9;
+    pub const LISTEN: i32 = 10;
+    pub const CLOSING: i32 = 11;
+}
+
+/// The process an event is charged to: the thread group, the cgroup v2 it
+/// ran in, and the thread-group leader's `comm` (what /proc/PID/status calls
+/// `Name`; never the command line, which can hold secrets).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Actor {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// Key of the per-process counters: who, and over which address family.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcKey {
+    pub actor: Actor,
+    pub family: u16,
+    pub _pad: [u16; 3],
+}
+
+/// Per-process counters, one copy per CPU (summed by userspace).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcCounters {
+    /// Active opens: a SYN was sent (`tcp_connect`).
+    pub connects: u64,
+    /// Connections handed to the process by accept().
+    pub accepts: u64,
+    /// Sockets of this process that went to TIME_WAIT (`tcp_time_wait`).
+    pub time_wait_entries: u64,
+}
+
+/// Key of the connect-error counters: who failed, toward where, with which
+/// errno (positive, e.g. 99 for EADDRNOTAVAIL). Addresses are in network
+/// byte order; IPv4 uses the first 4 bytes. The port is in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectErrorKey {
+    pub actor: Actor,
+    pub family: u16,
+    pub dport: u16,
+    pub errno: u32,
+    pub daddr: [u8; 16],
+}
+
+/// A listening socket as userspace finds it again through sock_diag:
+/// network namespace inode, local port (host order), address family.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenerKey {
+    pub netns: u32,
+    pub port: u16,
+    pub family: u16,
+}
+
+/// A connect() between its syscall entry and the socket leaving SYN_SENT,
+/// keyed by socket. Lets the synchronous error (what connect() returned) and
+/// the asynchronous one (`sk_err` when SYN_SENT ends) be counted exactly once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightConnect {
+    pub actor: Actor,
+    pub daddr: [u8; 16],
+    pub family: u16,
+    pub dport: u16,
+    /// 1 while the connect() syscall has not returned yet.
+    pub in_syscall: u32,
+    /// 1 once the socket went CLOSE -> SYN_SENT during this connect().
+    pub syn_sent: u32,
+    /// `sk_err` seen when SYN_SENT ended while the syscall was still running.
+    pub async_errno: u32,
+}
+
+/// Which fallbacks the loader chose; written by userspace into the `CONFIG`
+/// array before the shared tracepoint programs are attached.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// 1: no `tcp_connect` hook attached; count connects at connect() exit.
+    pub connects_from_syscall: u32,
+    /// 1: no `tcp_time_wait` hook attached; count FIN_WAIT2/CLOSING -> CLOSE.
+    pub time_wait_from_state: u32,
+}
+
+/// Indexes of the `LOST` per-CPU array: updates the kernel side could not
+/// make (a full map). Userspace exports them; they should stay 0.
+pub mod lost {
+    pub const PROC_COUNTERS_FULL: u32 = 0;
+    pub const CONNECT_ERRORS_FULL: u32 = 1;
+    pub const INFLIGHT_FULL: u32 = 2;
+    pub const SLOTS: u32 = 4;
+}
+
+/// Map capacities, shared so userspace can report how full each map is.
+pub mod capacity {
+    pub const PROC_COUNTERS: u32 = 16_384;
+    pub const CONNECT_ERRORS: u32 = 16_384;
+    pub const SOCK_OWNERS: u32 = 65_536;
+    pub const LISTENERS: u32 = 16_384;
+    pub const INFLIGHT_CONNECTS: u32 = 16_384;
+    pub const THREAD_CONNECTS: u32 = 16_384;
+    pub const EXITED: u32 = 16_384;
+}
+
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<Actor>() == 32);
+    assert!(size_of::<ProcKey>() == 40);
+    assert!(size_of::<ProcCounters>() == 24);
+    assert!(size_of::<ConnectErrorKey>() == 56);
+    assert!(size_of::<ListenerKey>() == 8);
+    assert!(size_of::<InflightConnect>() == 64);
+    assert!(size_of::<Config>() == 8);
+};

@@ -1,0 +1,51 @@
+//! Byte offsets of the kernel struct fields the eBPF programs read.
+//!
+//! aya cannot emit CO-RE relocations from Rust, and struct layouts differ
+//! between kernels (6.1 and 6.18 differ in `task_struct`, `sock`, `net`).
+//! So userspace resolves each offset from the running kernel's BTF
+//! (/sys/kernel/btf/vmlinux) at start, and hands them to the programs as the
+//! `OFFSETS` global before loading. The programs then read fields with
+//! `bpf_probe_read_kernel(base + offset)`, which works in every program type.
+
+/// Offsets in bytes from the start of the named struct.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `task_struct.group_leader` (pointer)
+    pub task_group_leader: u32,
+    /// `task_struct.comm` (char[16])
+    pub task_comm: u32,
+    /// `task_struct.files` (pointer)
+    pub task_files: u32,
+    /// `files_struct.fdt` (pointer)
+    pub files_fdt: u32,
+    /// `fdtable.max_fds` (unsigned int)
+    pub fdtable_max_fds: u32,
+    /// `fdtable.fd` (struct file **)
+    pub fdtable_fd: u32,
+    /// `file.private_data` (for a socket file: struct socket *)
+    pub file_private_data: u32,
+    /// `socket.sk` (pointer)
+    pub socket_sk: u32,
+    /// `sock.sk_protocol` (u16 since Linux 5.6)
+    pub sock_protocol: u32,
+    /// `sock.sk_err` (int)
+    pub sock_err: u32,
+    /// `sock.__sk_common.skc_family` (unsigned short)
+    pub skc_family: u32,
+    /// `sock.__sk_common.skc_num` (local port, host order)
+    pub skc_num: u32,
+    /// `sock.__sk_common.skc_dport` (remote port, network order)
+    pub skc_dport: u32,
+    /// `sock.__sk_common.skc_daddr` (IPv4 remote address)
+    pub skc_daddr: u32,
+    /// `sock.__sk_common.skc_v6_daddr` (IPv6 remote address)
+    pub skc_v6_daddr: u32,
+    /// `sock.__sk_common.skc_net` (possible_net_t, a struct net *)
+    pub skc_net: u32,
+    /// `net.ns.inum`: the namespace inode number, as in /proc/PID/ns/net
+    pub net_ns_inum: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 72);

@@ -1,0 +1,24 @@
+//! Userspace-only impls: aya reads and writes these types as plain bytes.
+use crate::{
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters,
+    ProcKey,
+};
+
+// SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
+// have no implicit padding (sizes asserted in lib.rs / offsets.rs).
+unsafe impl aya::Pod for Actor {}
+unsafe impl aya::Pod for ProcKey {}
+unsafe impl aya::Pod for ProcCounters {}
+unsafe impl aya::Pod for ConnectErrorKey {}
+unsafe impl aya::Pod for ListenerKey {}
+unsafe impl aya::Pod for InflightConnect {}
+unsafe impl aya::Pod for Config {}
+unsafe impl aya::Pod for KernelOffsets {}
+
+impl Actor {
+    /// The executable name as text (comm up to its first NUL).
+    pub fn comm_str(&self) -> &str {
+        let len = self.comm.iter().position(|&b| b == 0).unwrap_or(self.comm.len());
+        core::str::from_utf8(&self.comm[..len]).unwrap_or("?")
+    }
+}

@@ -1,0 +1,104 @@
+//! Reads of kernel structs through the BTF-derived offsets (see
+//! `observer_common::KernelOffsets`). All reads go through
+//! `bpf_probe_read_kernel`, which is allowed in every program type we use and
+//! turns a bad pointer into an error instead of a fault.
+use aya_ebpf::helpers::{
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+};
+use observer_common::{Actor, AF_INET, AF_INET6, TASK_COMM_LEN};
+
+use crate::maps::offsets;
+
+pub const IPPROTO_TCP: u16 = 6;
+
+#[inline(always)]
+unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).map_err(|e| e as i64) }
+}
+
+/// The process running now: thread group, cgroup, and the group leader's
+/// comm (a thread's own comm is often a worker name like "tokio-runtime-w").
+#[inline(always)]
+pub fn current_actor() -> Actor {
+    let off = offsets();
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let mut comm = [0u8; TASK_COMM_LEN];
+    let task = unsafe { bpf_get_current_task() };
+    let leader: u64 = unsafe { read_at(task, off.task_group_leader) }.unwrap_or(0);
+    let read = leader != 0
+        && unsafe {
+            bpf_probe_read_kernel_buf((leader + off.task_comm as u64) as *const u8, &mut comm)
+        }
+        .is_ok();
+    if !read {
+        comm = bpf_get_current_comm().unwrap_or_default();
+    }
+    Actor { tgid, _pad: 0, cgroup_id, comm }
+}
+
+/// The `struct sock *` behind file descriptor `fd` of the current task, or 0.
+/// task->files->fdt->fd[fd]->private_data (a struct socket *)->sk.
+#[inline(always)]
+pub fn sock_of_fd(fd: u64) -> u64 {
+    let off = offsets();
+    let task = unsafe { bpf_get_current_task() };
+    unsafe {
+        let Ok(files) = read_at::<u64>(task, off.task_files) else { return 0 };
+        let Ok(fdt) = read_at::<u64>(files, off.files_fdt) else { return 0 };
+        let Ok(max_fds) = read_at::<u32>(fdt, off.fdtable_max_fds) else { return 0 };
+        if fd >= max_fds as u64 {
+            return 0;
+        }
+        let Ok(fd_array) = read_at::<u64>(fdt, off.fdtable_fd) else { return 0 };
+        let Ok(file) = bpf_probe_read_kernel((fd_array + fd * 8) as *const u64) else { return 0 };
+        if file == 0 {
+            return 0;
+        }
+        let Ok(socket) = read_at::<u64>(file, off.file_private_data) else { return 0 };
+        if socket == 0 {
+            return 0;
+        }
+        read_at::<u64>(socket, off.socket_sk).unwrap_or(0)
+    }
+}
+
+#[inline(always)]
+pub fn sock_protocol(sk: u64) -> u16 {
+    unsafe { read_at::<u16>(sk, offsets().sock_protocol) }.unwrap_or(0)
+}
+
+/// True for an IPv4/IPv6 TCP socket, the only kind observer counts.
+#[inline(always)]
+pub fn is_tcp(sk: u64) -> bool {
+    sk != 0 && sock_protocol(sk) == IPPROTO_TCP && matches!(sock_family(sk), AF_INET | AF_INET6)
+}
+
+#[inline(always)]
+pub fn sock_family(sk: u64) -> u16 {
+    unsafe { read_at::<u16>(sk, offsets().skc_family) }.unwrap_or(0)
+}
+
+/// Local port, host byte order.
+#[inline(always)]
+pub fn sock_local_port(sk: u64) -> u16 {
+    unsafe { read_at::<u16>(sk, offsets().skc_num) }.unwrap_or(0)
+}
+
+#[inline(always)]
+pub fn sock_err(sk: u64) -> i32 {
+    unsafe { read_at::<i32>(sk, offsets().sock_err) }.unwrap_or(0)
+}
+
+/// Inode number of the socket's network namespace (as /proc/PID/ns/net).
+#[inline(always)]
+pub fn sock_netns(sk: u64) -> u32 {
+    let off = offsets();
+    unsafe {
+        match read_at::<u64>(sk, off.skc_net) {
+            Ok(net) if net != 0 => read_at::<u32>(net, off.net_ns_inum).unwrap_or(0),
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! All maps and globals, in one place so their bounds are easy to audit.
+//! Every map has a fixed capacity; maps whose keys churn (sockets, threads)
+//! are LRU so stale entries make room on their own.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+};
+use observer_common::{
+    capacity, lost, Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey,
+    ProcCounters, ProcKey,
+};
+
+/// Field offsets of this kernel, filled in by userspace from BTF at load.
+#[unsafe(no_mangle)]
+pub static OFFSETS: KernelOffsets = KernelOffsets {
+    task_group_leader: 0,
+    task_comm: 0,
+    task_files: 0,
+    files_fdt: 0,
+    fdtable_max_fds: 0,
+    fdtable_fd: 0,
+    file_private_data: 0,
+    socket_sk: 0,
+    sock_protocol: 0,
+    sock_err: 0,
+    skc_family: 0,
+    skc_num: 0,
+    skc_dport: 0,
+    skc_daddr: 0,
+    skc_v6_daddr: 0,
+    skc_net: 0,
+    net_ns_inum: 0,
+    _pad: 0,
+};
+
+/// Read the offsets through a volatile load: the compiler must not fold the
+/// zeros above into the code, since userspace rewrites them before load.
+#[inline(always)]
+pub fn offsets() -> KernelOffsets {
+    unsafe { core::ptr::read_volatile(&OFFSETS) }
+}
+
+/// Which fallbacks are active (index 0); written by userspace after it knows
+/// which preferred hooks attached.
+#[map]
+pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn config() -> Config {
+    CONFIG.get(0).copied().unwrap_or_default()
+}
+
+/// connects, accepts, TIME_WAIT entries per process and family.
+#[map]
+pub static PROC_COUNTERS: PerCpuHashMap<ProcKey, ProcCounters> =
+    PerCpuHashMap::with_max_entries(capacity::PROC_COUNTERS, 0);
+
+/// connect() failures per process, destination and errno.
+#[map]
+pub static CONNECT_ERRORS: PerCpuHashMap<ConnectErrorKey, u64> =
+    PerCpuHashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
+
+/// Who owns a socket (key: `struct sock *`), recorded in process context
+/// (connect, accept, listen) so softirq-time events can be attributed.
+#[map]
+pub static SOCK_OWNERS: LruHashMap<u64, Actor> =
+    LruHashMap::with_max_entries(capacity::SOCK_OWNERS, 0);
+
+/// Owner of each listening socket, looked up by userspace when it charges
+/// the listener's drop counter (read through sock_diag) to a process.
+#[map]
+pub static LISTENERS: LruHashMap<ListenerKey, Actor> =
+    LruHashMap::with_max_entries(capacity::LISTENERS, 0);
+
+/// connect() calls in progress, keyed by `struct sock *`.
+#[map]
+pub static INFLIGHT_CONNECTS: LruHashMap<u64, InflightConnect> =
+    LruHashMap::with_max_entries(capacity::INFLIGHT_CONNECTS, 0);
+
+/// The socket each thread is connecting (key: pid_tgid), so connect()'s
+/// exit finds its in-flight entry.
+#[map]
+pub static THREAD_CONNECTS: LruHashMap<u64, u64> =
+    LruHashMap::with_max_entries(capacity::THREAD_CONNECTS, 0);
+
+/// Processes that exited (tgid -> 1); userspace retires their series after
+/// a grace period and deletes their counters.
+#[map]
+pub static EXITED: HashMap<u32, u32> = HashMap::with_max_entries(capacity::EXITED, 0);
+
+/// Updates that could not be made because a map was full (see `lost`).
+#[map]
+pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0);

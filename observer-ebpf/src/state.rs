@@ -1,0 +1,77 @@
+//! TCP state changes (tp_btf `inet_sock_set_state`), available on every
+//! kernel with BTF. One program does all the per-socket bookkeeping:
+//! - CLOSE -> SYN_SENT: the in-flight connect() sent its SYN (unless no
+//!   port can be found, see connect.rs);
+//! - SYN_SENT -> ESTABLISHED/CLOSE: the asynchronous outcome of a connect;
+//! - -> LISTEN: record the listener's owner for userspace;
+//! - FIN_WAIT2/CLOSING -> CLOSE with no error: a TIME_WAIT entry, when the
+//!   `tcp_time_wait` hook is not attached (a reset sets `sk_err`, and a reset
+//!   socket does not go to TIME_WAIT);
+//! - -> CLOSE: forget the socket's owner.
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use observer_common::{tcp_state::*, ListenerKey};
+
+use crate::{
+    connect::count_error,
+    kernel::{current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol, IPPROTO_TCP},
+    maps::{config, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS},
+    time_wait::count_time_wait,
+};
+
+/// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
+    let old: i32 = ctx.arg(1);
+    let new: i32 = ctx.arg(2);
+    if sock_protocol(sk) != IPPROTO_TCP {
+        return 0;
+    }
+    match (old, new) {
+        (CLOSE, SYN_SENT) => {
+            if let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
+                unsafe { (*entry).syn_sent = 1 };
+            }
+        }
+        (SYN_SENT, _) => syn_sent_ended(sk, new),
+        (_, LISTEN) => record_listener(sk),
+        (FIN_WAIT2 | CLOSING, CLOSE) => {
+            if config().time_wait_from_state == 1 && sock_err(sk) == 0 {
+                count_time_wait(sk);
+            }
+        }
+        _ => {}
+    }
+    if new == CLOSE {
+        let _ = SOCK_OWNERS.remove(&sk);
+    }
+    0
+}
+
+/// The socket left SYN_SENT: connected, or failed with `sk_err`. While the
+/// connect() syscall still runs, its return value is the truth and the
+/// error is only noted; afterwards it is counted here.
+#[inline(always)]
+fn syn_sent_ended(sk: u64, new: i32) {
+    let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) else { return };
+    // SAFETY: valid until removed below.
+    let entry = unsafe { &mut *entry };
+    let err = if new == CLOSE { sock_err(sk) } else { 0 };
+    if entry.in_syscall == 1 {
+        entry.async_errno = err as u32;
+        return;
+    }
+    if err != 0 {
+        count_error(entry, err as u32);
+    }
+    let _ = INFLIGHT_CONNECTS.remove(&sk);
+}
+
+/// listen(): process context, so the current task owns the listener.
+#[inline(always)]
+fn record_listener(sk: u64) {
+    let actor = current_actor();
+    let key = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
+    let _ = LISTENERS.insert(&key, &actor, 0);
+    let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+}

@@ -1,0 +1,175 @@
+//! Collect: read the kernel maps every interval and turn cumulative kernel
+//! values into deltas, exactly once each.
+//!
+//! Kernel counters only grow, except when userspace deletes an entry (a
+//! process retired after its grace period); a key seen with a value below
+//! the last one read was deleted and recreated, so its whole value is new.
+mod listeners;
+pub mod sock_diag;
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
+pub use listeners::{ListenerDrops, ListenerTracker};
+use observer_common::{lost, Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey};
+
+use crate::error::Error;
+
+/// The maps the collector reads, taken out of the loaded object.
+pub struct KernelMaps {
+    pub proc_counters: PerCpuHashMap<MapData, ProcKey, ProcCounters>,
+    pub connect_errors: PerCpuHashMap<MapData, ConnectErrorKey, u64>,
+    pub listeners: AyaHashMap<MapData, ListenerKey, Actor>,
+    pub exited: AyaHashMap<MapData, u32, u32>,
+    pub lost: PerCpuArray<MapData, u64>,
+}
+
+/// What changed since the previous collection.
+#[derive(Debug, Default)]
+pub struct Deltas {
+    pub procs: Vec<(ProcKey, ProcCounters)>,
+    pub connect_errors: Vec<(ConnectErrorKey, u64)>,
+    pub listen_drops: Vec<ListenerDrops>,
+    /// Processes whose grace period ended: drop their series.
+    pub retired: Vec<u32>,
+    /// Kernel-side updates lost to full maps, cumulative, by `lost` slot.
+    pub lost: [u64; lost::SLOTS as usize],
+    /// Entries in each counter map now (to report how full they are).
+    pub proc_entries: usize,
+    pub connect_error_entries: usize,
+}
+
+pub struct Collector {
+    maps: KernelMaps,
+    last_procs: HashMap<ProcKey, ProcCounters>,
+    last_errors: HashMap<ConnectErrorKey, u64>,
+    exited_at: HashMap<u32, Instant>,
+    listeners: ListenerTracker,
+    proc_root: PathBuf,
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |e| Error::Map { map, reason: e.to_string() }
+}
+
+impl Collector {
+    pub fn new(maps: KernelMaps, proc_root: PathBuf) -> Self {
+        Self {
+            maps,
+            last_procs: HashMap::new(),
+            last_errors: HashMap::new(),
+            exited_at: HashMap::new(),
+            listeners: ListenerTracker::default(),
+            proc_root,
+        }
+    }
+
+    /// One collection. `grace` is how long a process's series outlive it.
+    pub fn collect(&mut self, now: Instant, grace: Duration) -> Result<Deltas, Error> {
+        let mut deltas = Deltas::default();
+        self.note_exits(now)?;
+
+        let mut seen_procs = Vec::new();
+        for item in self.maps.proc_counters.iter() {
+            let (key, per_cpu) = item.map_err(map_err("PROC_COUNTERS"))?;
+            let total = per_cpu.iter().fold(ProcCounters::default(), |a, v| ProcCounters {
+                connects: a.connects.wrapping_add(v.connects),
+                accepts: a.accepts.wrapping_add(v.accepts),
+                time_wait_entries: a.time_wait_entries.wrapping_add(v.time_wait_entries),
+            });
+            let last = self.last_procs.insert(key, total).unwrap_or_default();
+            let delta = ProcCounters {
+                connects: since(last.connects, total.connects),
+                accepts: since(last.accepts, total.accepts),
+                time_wait_entries: since(last.time_wait_entries, total.time_wait_entries),
+            };
+            if delta != ProcCounters::default() {
+                deltas.procs.push((key, delta));
+            }
+            seen_procs.push(key);
+        }
+        deltas.proc_entries = seen_procs.len();
+
+        let mut seen_errors = Vec::new();
+        for item in self.maps.connect_errors.iter() {
+            let (key, per_cpu) = item.map_err(map_err("CONNECT_ERRORS"))?;
+            let total = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v));
+            let last = self.last_errors.insert(key, total).unwrap_or_default();
+            let delta = since(last, total);
+            if delta != 0 {
+                deltas.connect_errors.push((key, delta));
+            }
+            seen_errors.push(key);
+        }
+        deltas.connect_error_entries = seen_errors.len();
+
+        // Retire processes whose grace period is over: their final counts
+        // were just read above, so deleting their entries loses nothing.
+        let expired: Vec<u32> = self
+            .exited_at
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) >= grace)
+            .map(|(tgid, _)| *tgid)
+            .collect();
+        for tgid in &expired {
+            self.exited_at.remove(tgid);
+            for key in seen_procs.iter().filter(|k| k.actor.tgid == *tgid) {
+                let _ = self.maps.proc_counters.remove(key);
+                self.last_procs.remove(key);
+            }
+            for key in seen_errors.iter().filter(|k| k.actor.tgid == *tgid) {
+                let _ = self.maps.connect_errors.remove(key);
+                self.last_errors.remove(key);
+            }
+        }
+        deltas.retired = expired;
+
+        let namespaces = sock_diag::namespaces(&self.proc_root);
+        let listeners = sock_diag::scan_namespaces(namespaces);
+        deltas.listen_drops = self.listeners.update(&listeners, |key| self.maps.listeners.get(key, 0).ok());
+
+        for slot in 0..lost::SLOTS {
+            let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;
+            deltas.lost[slot as usize] = values.iter().sum();
+        }
+        Ok(deltas)
+    }
+
+    /// Move exit notices from the kernel map into userspace, where the grace
+    /// period is timed.
+    fn note_exits(&mut self, now: Instant) -> Result<(), Error> {
+        let tgids: Vec<u32> = self.maps.exited.keys().filter_map(Result::ok).collect();
+        for tgid in tgids {
+            self.exited_at.entry(tgid).or_insert(now);
+            let _ = self.maps.exited.remove(&tgid);
+        }
+        Ok(())
+    }
+}
+
+/// Growth of a cumulative counter from `last` to `now`. A value below the
+/// last one means the entry was deleted and recreated: all of it is new.
+pub fn since(last: u64, now: u64) -> u64 {
+    if now >= last { now - last } else { now }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::since;
+
+    #[test]
+    fn delta_of_a_growing_counter() {
+        assert_eq!(since(10, 15), 5);
+        assert_eq!(since(0, 7), 7);
+        assert_eq!(since(7, 7), 0);
+    }
+
+    #[test]
+    fn recreated_entry_counts_from_zero() {
+        assert_eq!(since(10, 3), 3);
+    }
+}

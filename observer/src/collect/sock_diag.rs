@@ -1,0 +1,163 @@
+//! Listening sockets and their drop counters, through NETLINK_SOCK_DIAG.
+//!
+//! A listener's `sk_drops` (what `ss -tlnm` prints as `d<N>`) counts every
+//! connection dropped because its accept queue (or SYN queue) was full; the
+//! kernel bumps it together with TcpExtListenDrops/ListenOverflows on both
+//! the SYN path and the 3rd-ACK path. sock_diag answers for the network
+//! namespace of the socket it is asked on, so `scan_namespaces` enters each
+//! namespace from a dedicated thread.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io,
+    os::fd::AsFd,
+    path::PathBuf,
+};
+
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_sock_diag::{
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    inet::{nlas::Nla, ExtensionFlags, InetRequest, SocketId, StateFlags},
+    SockDiagMessage,
+};
+use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
+use nix::sched::{setns, CloneFlags};
+
+/// One listening socket as sock_diag reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub netns: u32,
+    pub family: u16,
+    pub port: u16,
+    pub cookie: u64,
+    /// Connections dropped because a queue was full (`sk_drops`).
+    pub drops: u32,
+    /// Connections waiting in the accept queue now, and the queue's limit.
+    pub queued: u32,
+    pub backlog: u32,
+}
+
+/// All TCP listeners of the network namespace the calling thread is in.
+pub fn dump_listeners(netns: u32) -> io::Result<Vec<Listener>> {
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut out = Vec::new();
+    for family in [AF_INET, AF_INET6] {
+        dump_family(&socket, family, netns, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn dump_family(socket: &Socket, family: u8, netns: u32, out: &mut Vec<Listener>) -> io::Result<()> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let socket_id = if family == AF_INET { SocketId::new_v4() } else { SocketId::new_v6() };
+    let mut packet = NetlinkMessage::new(
+        header,
+        SockDiagMessage::InetRequest(InetRequest {
+            family,
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::SKMEMINFO,
+            states: StateFlags::LISTEN,
+            socket_id,
+        })
+        .into(),
+    );
+    packet.finalize();
+    let mut buf = vec![0; packet.buffer_len()];
+    packet.serialize(&mut buf);
+    socket.send(&buf, 0)?;
+
+    let mut recv = Vec::with_capacity(64 * 1024);
+    loop {
+        recv.clear();
+        socket.recv(&mut recv, 0)?;
+        let mut offset = 0;
+        while offset < recv.len() {
+            let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&recv[offset..])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let len = msg.header.length as usize;
+            match msg.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(resp)) => {
+                    let drops = resp
+                        .nlas
+                        .iter()
+                        .find_map(|nla| match nla {
+                            Nla::MemInfo(m) => Some(m.drops),
+                            _ => None,
+                        })
+                        .unwrap_or(0);
+                    out.push(Listener {
+                        netns,
+                        family: resp.header.family as u16,
+                        port: resp.header.socket_id.source_port,
+                        cookie: u64::from_ne_bytes(resp.header.socket_id.cookie),
+                        drops,
+                        queued: resp.header.recv_queue,
+                        backlog: resp.header.send_queue,
+                    });
+                }
+                NetlinkPayload::Done(_) => return Ok(()),
+                NetlinkPayload::Error(e) => {
+                    return Err(io::Error::other(format!("sock_diag: {e:?}")));
+                }
+                _ => {}
+            }
+            if len == 0 {
+                break;
+            }
+            offset += len;
+        }
+    }
+}
+
+/// Network namespaces of this host: every process's and every `ip netns`
+/// bind mount, by inode, each with one path that opens it.
+pub fn namespaces(proc_root: &std::path::Path) -> BTreeMap<u32, PathBuf> {
+    let mut found = BTreeMap::new();
+    let mut add = |path: PathBuf| {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            use std::os::unix::fs::MetadataExt;
+            found.entry(meta.ino() as u32).or_insert(path);
+        }
+    };
+    if let Ok(entries) = std::fs::read_dir(proc_root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                add(entry.path().join("ns/net"));
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/run/netns") {
+        for entry in entries.flatten() {
+            add(entry.path());
+        }
+    }
+    found
+}
+
+/// Dump the listeners of every namespace. Runs on a fresh OS thread: setns
+/// changes the calling thread's namespace, which must never leak into the
+/// tokio runtime's threads.
+pub fn scan_namespaces(namespaces: BTreeMap<u32, PathBuf>) -> Vec<Listener> {
+    let worker = std::thread::Builder::new().name("observer-sockdiag".into()).spawn(move || {
+        let mut all = Vec::new();
+        for (inode, path) in namespaces {
+            // A namespace can vanish between listing and entering: skip it.
+            let Ok(file) = File::open(&path) else { continue };
+            if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+                continue;
+            }
+            if let Ok(listeners) = dump_listeners(inode) {
+                all.extend(listeners);
+            }
+        }
+        all
+    });
+    match worker {
+        Ok(handle) => handle.join().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}

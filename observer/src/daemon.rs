@@ -1,0 +1,127 @@
+//! The daemon: attach probes, collect every interval, serve metrics.
+//! `run` takes its shutdown signal as an argument (as mini-redis does), so
+//! tests can run the whole daemon in-process and stop it.
+use std::{
+    future::Future,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{mpsc, Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use observer_common::{capacity, lost};
+use tracing::{info, warn};
+
+use crate::{
+    collect::{sock_diag, Collector},
+    error::Error,
+    export::{self, http, Limits, Metrics, SeriesStore, Shared},
+    probes::{hooks::Mode, Attachment, AttachMode, Probes},
+};
+
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub prometheus_listen: SocketAddr,
+    pub interval: Duration,
+    pub grace: Duration,
+    pub attach_mode: AttachMode,
+    pub limits: Limits,
+    /// The host's /proc (in a container: where the host's /proc is mounted).
+    pub proc_root: PathBuf,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            prometheus_listen: "127.0.0.1:9464".parse().expect("valid address"),
+            interval: Duration::from_secs(5),
+            grace: Duration::from_secs(120),
+            attach_mode: AttachMode::Auto,
+            limits: Limits::default(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    let listener = http::bind(config.prometheus_listen).await?;
+    let (probes, maps) = Probes::load(config.attach_mode)?;
+    let mut attachments = probes.attachments.clone();
+    attachments.push(check_sock_diag()?);
+
+    let state: Shared = Arc::new(Mutex::new(export::State {
+        series: SeriesStore::new(config.limits),
+        attachments,
+        ..Default::default()
+    }));
+    let metrics = Arc::new(Metrics::new(state.clone())?);
+
+    // The collector does blocking work (map syscalls, a namespace-entering
+    // thread for sock_diag), so it runs on its own thread; the channel both
+    // paces it and tells it to stop.
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let mut collector = Collector::new(maps, config.proc_root.clone());
+    let (interval, grace) = (config.interval, config.grace);
+    let collecting = std::thread::Builder::new()
+        .name("observer-collect".into())
+        .spawn(move || collect_loop(&mut collector, &state, interval, grace, &stop_rx))
+        .map_err(|e| Error::Export(format!("cannot start the collector thread: {e}")))?;
+
+    info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
+    let served = http::serve(listener, metrics.clone(), shutdown).await;
+    let _ = stop_tx.send(());
+    let collected = collecting.join().unwrap_or(Ok(()));
+    metrics.shutdown();
+    drop(probes);
+    served.map_err(|e| Error::Export(format!("metrics endpoint failed: {e}")))?;
+    collected
+}
+
+fn collect_loop(
+    collector: &mut Collector,
+    state: &Shared,
+    interval: Duration,
+    grace: Duration,
+    stop: &mpsc::Receiver<()>,
+) -> Result<(), Error> {
+    let mut failing = false;
+    loop {
+        let started = Instant::now();
+        match collector.collect(started, grace) {
+            Ok(deltas) => {
+                failing = false;
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                st.series.apply(&deltas);
+                st.lost = vec![
+                    ("PROC_COUNTERS", deltas.lost[lost::PROC_COUNTERS_FULL as usize]),
+                    ("CONNECT_ERRORS", deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
+                    ("INFLIGHT_CONNECTS", deltas.lost[lost::INFLIGHT_FULL as usize]),
+                ];
+                st.map_fill = vec![
+                    ("PROC_COUNTERS", deltas.proc_entries as u64, capacity::PROC_COUNTERS as u64),
+                    ("CONNECT_ERRORS", deltas.connect_error_entries as u64, capacity::CONNECT_ERRORS as u64),
+                ];
+            }
+            // One log line per failure streak, not one per interval.
+            Err(e) if !failing => {
+                warn!(error = %e, "collection failed; will retry every interval");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        let next = interval.saturating_sub(started.elapsed());
+        match stop.recv_timeout(next) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Listen overflows come from sock_diag; make sure it answers here before
+/// claiming the hook is attached.
+fn check_sock_diag() -> Result<Attachment, Error> {
+    match sock_diag::dump_listeners(0) {
+        Ok(_) => Ok(Attachment { hook: "listen_overflow", mode: Mode::SockDiag, target: "NETLINK_SOCK_DIAG sk_drops".into() }),
+        Err(e) => Err(Error::Attach { hook: "listen_overflow", tried: format!("sock_diag: {e}") }),
+    }
+}

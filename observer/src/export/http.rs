@@ -1,0 +1,34 @@
+//! The pull endpoint: /metrics (Prometheus text format), /healthz, /readyz.
+use std::{future::Future, net::SocketAddr, sync::Arc};
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
+use tokio::net::TcpListener;
+
+use super::Metrics;
+use crate::error::Error;
+
+/// Bind first, so a busy port is reported before any eBPF is loaded.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        // Ready once serving: the daemon serves only after every hook attached.
+        .route("/readyz", get(|| async { "ready\n" }))
+        .with_state(metrics);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    match metrics.encode() {
+        Ok(body) => (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,210 @@
+//! Export: one OpenTelemetry MeterProvider whose instruments read the series
+//! store. Observable (asynchronous) instruments, because the totals are
+//! computed by the collector; and because the SDK then reports only the
+//! series observed in each collection, a retired process's series vanish.
+pub mod http;
+pub mod series;
+
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::{
+    metrics::{Meter, MeterProvider as _},
+    KeyValue,
+};
+use opentelemetry_sdk::{metrics::SdkMeterProvider, Resource};
+use prometheus::{Encoder, TextEncoder};
+pub use series::{Limits, SeriesStore};
+use series::{Dest, NetworkType, Who};
+
+use crate::{error::Error, probes::Attachment};
+
+/// Everything the instruments report, shared with the collector.
+#[derive(Default)]
+pub struct State {
+    pub series: SeriesStore,
+    pub attachments: Vec<Attachment>,
+    /// Kernel updates lost to full maps, by map name.
+    pub lost: Vec<(&'static str, u64)>,
+    /// (map, entries, capacity)
+    pub map_fill: Vec<(&'static str, u64, u64)>,
+}
+
+pub type Shared = Arc<Mutex<State>>;
+
+pub struct Metrics {
+    provider: SdkMeterProvider,
+    registry: prometheus::Registry,
+}
+
+impl Metrics {
+    pub fn new(state: Shared) -> Result<Self, Error> {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .scope_info_enabled(false)
+            .build()
+            .map_err(|e| Error::Export(e.to_string()))?;
+        let resource = Resource::builder()
+            .with_service_name("observer")
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build();
+        let provider = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource).build();
+        register(&provider.meter("observer"), state);
+        Ok(Self { provider, registry })
+    }
+
+    /// The Prometheus text exposition of every instrument.
+    pub fn encode(&self) -> Result<String, Error> {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .map_err(|e| Error::Export(e.to_string()))?;
+        String::from_utf8(out).map_err(|e| Error::Export(e.to_string()))
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.provider.shutdown();
+    }
+}
+
+fn who_attrs(who: &Who, network: NetworkType, out: &mut Vec<KeyValue>) {
+    match who {
+        Who::Process { pid, name } => {
+            out.push(KeyValue::new("process.pid", *pid as i64));
+            out.push(KeyValue::new("process.executable.name", name.clone()));
+        }
+        Who::Other => {
+            out.push(KeyValue::new("process.pid", "other"));
+            out.push(KeyValue::new("process.executable.name", "other"));
+        }
+    }
+    out.push(KeyValue::new("network.type", network.as_str()));
+}
+
+/// errno number -> its name, e.g. 99 -> "EADDRNOTAVAIL".
+pub fn errno_name(errno: u32) -> String {
+    let e = nix::errno::Errno::from_raw(errno as i32);
+    if e == nix::errno::Errno::UnknownErrno { format!("errno_{errno}") } else { format!("{e:?}") }
+}
+
+fn register(meter: &Meter, state: Shared) {
+    type ProcPick = fn(&SeriesStore) -> &std::collections::BTreeMap<series::ProcSeries, u64>;
+    let per_process: [(&str, &str, ProcPick); 3] = [
+        ("observer.tcp.connects", "TCP connection attempts (SYN sent) by process", |s| &s.connects),
+        ("observer.tcp.accepts", "TCP connections accepted by process", |s| &s.accepts),
+        (
+            "observer.tcp.time_wait_entries",
+            "TCP sockets of the process that entered TIME_WAIT",
+            |s| &s.time_wait_entries,
+        ),
+    ];
+    for (name, description, pick) in per_process {
+        let st = state.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_unit("{connection}")
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                for (series, value) in pick(&st.series) {
+                    let mut attrs = Vec::with_capacity(3);
+                    who_attrs(&series.who, series.network, &mut attrs);
+                    obs.observe(*value, &attrs);
+                }
+            })
+            .build();
+    }
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.tcp.connect_errors")
+        .with_description("connect() failures by process, errno (error.type) and destination")
+        .with_unit("{error}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (s, value) in &st.series.connect_errors {
+                let mut attrs = Vec::with_capacity(6);
+                who_attrs(&s.who, s.network, &mut attrs);
+                attrs.push(KeyValue::new("error.type", errno_name(s.errno)));
+                match &s.dest {
+                    Dest::Addr { addr, port } => {
+                        attrs.push(KeyValue::new("server.address", addr.to_string()));
+                        attrs.push(KeyValue::new("server.port", *port as i64));
+                    }
+                    Dest::Other => {
+                        attrs.push(KeyValue::new("server.address", "other"));
+                        attrs.push(KeyValue::new("server.port", "other"));
+                    }
+                }
+                obs.observe(*value, &attrs);
+            }
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.tcp.listen_overflows")
+        .with_description("Connections a listener dropped because its accept (or SYN) queue was full, by owner and port")
+        .with_unit("{connection}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (s, value) in &st.series.listen_overflows {
+                let mut attrs = Vec::with_capacity(4);
+                who_attrs(&s.who, s.network, &mut attrs);
+                attrs.push(KeyValue::new("server.port", s.port as i64));
+                obs.observe(*value, &attrs);
+            }
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .u64_observable_gauge("observer.probe.attached")
+        .with_description("1 for each hook and the mode it is attached in")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for a in &st.attachments {
+                obs.observe(1, &[KeyValue::new("hook", a.hook), KeyValue::new("mode", a.mode.to_string())]);
+            }
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.kernel.lost_updates")
+        .with_description("Kernel-side counter updates lost because a map was full (should stay 0)")
+        .with_unit("{update}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (map, value) in &st.lost {
+                obs.observe(*value, &[KeyValue::new("map", *map)]);
+            }
+        })
+        .build();
+
+    let st = state;
+    meter
+        .u64_observable_gauge("observer.map.entries")
+        .with_description("Entries in each counter map, next to its capacity (observer.map.capacity)")
+        .with_unit("{entry}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (map, entries, _) in &st.map_fill {
+                obs.observe(*entries, &[KeyValue::new("map", *map)]);
+            }
+        })
+        .build();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_names() {
+        assert_eq!(errno_name(99), "EADDRNOTAVAIL");
+        assert_eq!(errno_name(111), "ECONNREFUSED");
+        assert_eq!(errno_name(101), "ENETUNREACH");
+        assert_eq!(errno_name(100_000), "errno_100000");
+    }
+}

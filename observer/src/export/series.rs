@@ -1,0 +1,257 @@
+//! The exported series: cumulative totals per label set, with bounded
+//! cardinality.
+//!
+//! Bounds: at most `max_processes` distinct processes and
+//! `max_destinations` distinct destinations get their own labels; later
+//! ones are counted under `other`, so a storm of short-lived processes or a
+//! scan of many addresses cannot blow up the number of series. A retired
+//! process (exited longer than the grace period) frees its place. Counts are
+//! never dropped: they move to the `other` series instead.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use observer_common::{Actor, AF_INET6, ConnectErrorKey};
+
+use crate::collect::Deltas;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_processes: usize,
+    pub max_destinations: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Under the OTel SDK's default cardinality limit (2000 per metric).
+        Self { max_processes: 200, max_destinations: 100 }
+    }
+}
+
+/// Who a count is charged to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Who {
+    Process { pid: u32, name: String },
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dest {
+    Addr { addr: IpAddr, port: u16 },
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NetworkType {
+    Ipv4,
+    Ipv6,
+}
+
+impl NetworkType {
+    pub fn from_family(family: u16) -> Self {
+        if family == AF_INET6 { NetworkType::Ipv6 } else { NetworkType::Ipv4 }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkType::Ipv4 => "ipv4",
+            NetworkType::Ipv6 => "ipv6",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcSeries {
+    pub who: Who,
+    pub network: NetworkType,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorSeries {
+    pub who: Who,
+    pub network: NetworkType,
+    pub errno: u32,
+    pub dest: Dest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OverflowSeries {
+    pub who: Who,
+    pub network: NetworkType,
+    pub port: u16,
+}
+
+#[derive(Default)]
+pub struct SeriesStore {
+    limits: Limits,
+    processes: BTreeSet<u32>,
+    destinations: BTreeSet<Dest>,
+    pub connects: BTreeMap<ProcSeries, u64>,
+    pub accepts: BTreeMap<ProcSeries, u64>,
+    pub time_wait_entries: BTreeMap<ProcSeries, u64>,
+    pub connect_errors: BTreeMap<ErrorSeries, u64>,
+    pub listen_overflows: BTreeMap<OverflowSeries, u64>,
+}
+
+/// The executable name to show for an actor; tgid 0 means the socket's
+/// owner is unknown (it was opened before observer started).
+fn name_of(actor: &Actor) -> String {
+    if actor.tgid == 0 {
+        return "unknown".to_string();
+    }
+    let len = actor.comm.iter().position(|&b| b == 0).unwrap_or(actor.comm.len());
+    String::from_utf8_lossy(&actor.comm[..len]).into_owned()
+}
+
+/// The destination address of a connect-error key.
+pub fn dest_addr(key: &ConnectErrorKey) -> IpAddr {
+    if key.family == AF_INET6 {
+        IpAddr::from(key.daddr)
+    } else {
+        IpAddr::from([key.daddr[0], key.daddr[1], key.daddr[2], key.daddr[3]])
+    }
+}
+
+impl SeriesStore {
+    pub fn new(limits: Limits) -> Self {
+        Self { limits, ..Default::default() }
+    }
+
+    fn who(&mut self, actor: &Actor) -> Who {
+        let pid = actor.tgid;
+        if self.processes.contains(&pid) || self.processes.len() < self.limits.max_processes {
+            self.processes.insert(pid);
+            Who::Process { pid, name: name_of(actor) }
+        } else {
+            Who::Other
+        }
+    }
+
+    fn dest(&mut self, addr: IpAddr, port: u16) -> Dest {
+        let dest = Dest::Addr { addr, port };
+        if self.destinations.contains(&dest) || self.destinations.len() < self.limits.max_destinations {
+            self.destinations.insert(dest.clone());
+            dest
+        } else {
+            Dest::Other
+        }
+    }
+
+    pub fn apply(&mut self, deltas: &Deltas) {
+        for (key, d) in &deltas.procs {
+            let series = ProcSeries { who: self.who(&key.actor), network: NetworkType::from_family(key.family) };
+            for (map, n) in [
+                (&mut self.connects, d.connects),
+                (&mut self.accepts, d.accepts),
+                (&mut self.time_wait_entries, d.time_wait_entries),
+            ] {
+                if n > 0 {
+                    *map.entry(series.clone()).or_default() += n;
+                }
+            }
+        }
+        for (key, n) in &deltas.connect_errors {
+            let series = ErrorSeries {
+                who: self.who(&key.actor),
+                network: NetworkType::from_family(key.family),
+                errno: key.errno,
+                dest: self.dest(dest_addr(key), key.dport),
+            };
+            *self.connect_errors.entry(series).or_default() += n;
+        }
+        for drop in &deltas.listen_drops {
+            let series = OverflowSeries {
+                who: self.who(&drop.owner),
+                network: NetworkType::from_family(drop.family),
+                port: drop.port,
+            };
+            *self.listen_overflows.entry(series).or_default() += drop.drops;
+        }
+        for pid in &deltas.retired {
+            self.retire(*pid);
+        }
+    }
+
+    /// Forget a process that exited more than the grace period ago.
+    fn retire(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+        let keep = |who: &Who| !matches!(who, Who::Process { pid: p, .. } if *p == pid);
+        self.connects.retain(|s, _| keep(&s.who));
+        self.accepts.retain(|s, _| keep(&s.who));
+        self.time_wait_entries.retain(|s, _| keep(&s.who));
+        self.connect_errors.retain(|s, _| keep(&s.who));
+        self.listen_overflows.retain(|s, _| keep(&s.who));
+        let used: BTreeSet<Dest> = self.connect_errors.keys().map(|s| s.dest.clone()).collect();
+        self.destinations.retain(|d| used.contains(d));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::{ProcCounters, ProcKey, AF_INET};
+
+    use super::*;
+
+    fn actor(tgid: u32, comm: &str) -> Actor {
+        let mut a = Actor { tgid, ..Default::default() };
+        a.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+        a
+    }
+
+    fn connects(tgid: u32, n: u64) -> (ProcKey, ProcCounters) {
+        (ProcKey { actor: actor(tgid, "curl"), family: AF_INET, _pad: [0; 3] }, ProcCounters { connects: n, ..Default::default() })
+    }
+
+    fn error(tgid: u32, last_octet: u8, n: u64) -> (ConnectErrorKey, u64) {
+        let mut daddr = [0u8; 16];
+        daddr[..4].copy_from_slice(&[10, 0, 0, last_octet]);
+        (ConnectErrorKey { actor: actor(tgid, "client"), family: AF_INET, dport: 8080, errno: 99, daddr }, n)
+    }
+
+    #[test]
+    fn deltas_accumulate_per_process() {
+        let mut s = SeriesStore::new(Limits::default());
+        s.apply(&Deltas { procs: vec![connects(1, 2)], ..Default::default() });
+        s.apply(&Deltas { procs: vec![connects(1, 3), connects(2, 1)], ..Default::default() });
+        let total: Vec<u64> = s.connects.values().copied().collect();
+        assert_eq!(total, vec![5, 1]);
+        assert!(s.accepts.is_empty(), "zero deltas create no series");
+    }
+
+    #[test]
+    fn processes_beyond_the_limit_go_to_other_without_losing_counts() {
+        let mut s = SeriesStore::new(Limits { max_processes: 2, max_destinations: 10 });
+        s.apply(&Deltas { procs: vec![connects(1, 1), connects(2, 1), connects(3, 4), connects(4, 5)], ..Default::default() });
+        assert_eq!(s.connects.len(), 3);
+        let other = ProcSeries { who: Who::Other, network: NetworkType::Ipv4 };
+        assert_eq!(s.connects[&other], 9);
+        assert_eq!(s.connects.values().sum::<u64>(), 11);
+    }
+
+    #[test]
+    fn destinations_beyond_the_limit_go_to_other() {
+        let mut s = SeriesStore::new(Limits { max_processes: 10, max_destinations: 1 });
+        s.apply(&Deltas { connect_errors: vec![error(1, 1, 2), error(1, 2, 3)], ..Default::default() });
+        let dests: Vec<&Dest> = s.connect_errors.keys().map(|k| &k.dest).collect();
+        assert!(matches!(dests[0], Dest::Addr { .. }));
+        assert_eq!(dests[1], &Dest::Other);
+        assert_eq!(s.connect_errors.values().sum::<u64>(), 5);
+    }
+
+    #[test]
+    fn retiring_frees_the_slot_and_drops_the_series() {
+        let mut s = SeriesStore::new(Limits { max_processes: 1, max_destinations: 10 });
+        s.apply(&Deltas { procs: vec![connects(1, 1)], connect_errors: vec![error(1, 1, 1)], ..Default::default() });
+        s.apply(&Deltas { retired: vec![1], ..Default::default() });
+        assert!(s.connects.is_empty() && s.connect_errors.is_empty());
+        s.apply(&Deltas { procs: vec![connects(2, 1)], ..Default::default() });
+        assert!(matches!(s.connects.keys().next().unwrap().who, Who::Process { pid: 2, .. }));
+    }
+
+    #[test]
+    fn unknown_owner_is_named_unknown() {
+        assert_eq!(name_of(&Actor::default()), "unknown");
+        assert_eq!(name_of(&actor(5, "nginx")), "nginx");
+    }
+}

@@ -1,0 +1,9 @@
+//! observer: per-process TCP avalanche signals from eBPF, exported as
+//! OpenTelemetry metrics. The data flows probes -> collect -> export; the
+//! CLI (`cli`) drives it, the daemon (`daemon::run`) wires it together.
+pub mod cli;
+pub mod collect;
+pub mod daemon;
+pub mod error;
+pub mod export;
+pub mod probes;

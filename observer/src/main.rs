@@ -1,0 +1,50 @@
+//! Thin entry point: parse the command line, run, report errors plainly.
+use std::process::ExitCode;
+
+use clap::Parser;
+use observer::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Run(args) => run(args.into_config()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error> {
+    // Two worker threads: the HTTP endpoint is light; collection runs on its
+    // own thread (see daemon.rs).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| observer::error::Error::Export(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(observer::daemon::run(config, shutdown_signal()))
+}
+
+/// Resolves on SIGINT or SIGTERM (what Kubernetes sends on pod deletion).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,286 @@
+//! The hook table: for each kernel hook, the ways to attach it, best first.
+//!
+//! Preferred ways (fentry/fexit, then kprobes) run only where the event
+//! happens and exist on most production kernels; the tracepoint ways work on
+//! every kernel with BTF, including ones without kprobes or trampolines
+//! (like our CI kernel). The loader takes the first way that attaches, and
+//! reports which one it used.
+use std::fmt;
+
+use aya::{
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
+    Btf, Ebpf,
+};
+use observer_common::Config;
+
+use super::{error_chain, write_config, AttachMode};
+use crate::error::Error;
+
+/// How a hook ended up attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    Fentry,
+    Fexit,
+    Kprobe,
+    Kretprobe,
+    Tracepoint,
+    BtfTracepoint,
+    SockDiag,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Fentry => "fentry",
+            Mode::Fexit => "fexit",
+            Mode::Kprobe => "kprobe",
+            Mode::Kretprobe => "kretprobe",
+            Mode::Tracepoint => "tracepoint",
+            Mode::BtfTracepoint => "tp_btf",
+            Mode::SockDiag => "sock_diag",
+        })
+    }
+}
+
+/// One attached hook, as logged and exported (`observer_probe_attached`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    pub hook: &'static str,
+    pub mode: Mode,
+    pub target: String,
+}
+
+/// Config flags a tracepoint fallback turns on in the shared programs.
+#[derive(Clone, Copy, Debug)]
+enum Flag {
+    ConnectsFromSyscall,
+    TimeWaitFromState,
+}
+
+/// One way to attach a hook.
+#[derive(Debug)]
+enum Way {
+    Fentry { prog: &'static str, function: &'static str },
+    Fexit { prog: &'static str, function: &'static str },
+    Kprobe { prog: &'static str, function: &'static str },
+    Kretprobe { prog: &'static str, function: &'static str },
+    /// Classic tracepoints: (program, category, event).
+    Tracepoints(&'static [(&'static str, &'static str, &'static str)]),
+    BtfTracepoint { prog: &'static str, event: &'static str },
+    /// Counted by programs attached for other hooks (see `ALWAYS`), once
+    /// this flag tells them to.
+    SharedTracepoint { flag: Flag, mode: Mode, via: &'static str },
+}
+
+impl Way {
+    fn allowed_in(&self, mode: AttachMode) -> bool {
+        match mode {
+            AttachMode::Auto => true,
+            AttachMode::Fentry => matches!(self, Way::Fentry { .. } | Way::Fexit { .. }),
+            AttachMode::Kprobe => matches!(self, Way::Kprobe { .. } | Way::Kretprobe { .. }),
+            AttachMode::Tracepoint => {
+                matches!(self, Way::Tracepoints(_) | Way::BtfTracepoint { .. } | Way::SharedTracepoint { .. })
+            }
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match self {
+            Way::Fentry { .. } => Mode::Fentry,
+            Way::Fexit { .. } => Mode::Fexit,
+            Way::Kprobe { .. } => Mode::Kprobe,
+            Way::Kretprobe { .. } => Mode::Kretprobe,
+            Way::Tracepoints(_) => Mode::Tracepoint,
+            Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
+            Way::SharedTracepoint { mode, .. } => *mode,
+        }
+    }
+}
+
+pub struct Hook {
+    pub name: &'static str,
+    ways: &'static [Way],
+}
+
+/// Hooks with a choice of modes, attached first: their outcome decides the
+/// flags the shared tracepoint programs need.
+pub static HOOKS: &[Hook] = &[
+    Hook {
+        name: "tcp_connect",
+        ways: &[
+            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect" },
+            Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect" },
+            Way::SharedTracepoint {
+                flag: Flag::ConnectsFromSyscall,
+                mode: Mode::Tracepoint,
+                via: "syscalls/sys_exit_connect after inet_sock_set_state CLOSE->SYN_SENT",
+            },
+        ],
+    },
+    Hook {
+        name: "inet_csk_accept",
+        ways: &[
+            Way::Fexit { prog: "inet_csk_accept_fexit", function: "inet_csk_accept" },
+            Way::Kretprobe { prog: "inet_csk_accept_kretprobe", function: "inet_csk_accept" },
+            Way::Tracepoints(&[
+                ("accept4_exit", "syscalls", "sys_exit_accept4"),
+                ("accept_exit", "syscalls", "sys_exit_accept"),
+            ]),
+        ],
+    },
+    Hook {
+        name: "tcp_time_wait",
+        ways: &[
+            Way::Fentry { prog: "tcp_time_wait_fentry", function: "tcp_time_wait" },
+            Way::Kprobe { prog: "tcp_time_wait_kprobe", function: "tcp_time_wait" },
+            Way::SharedTracepoint {
+                flag: Flag::TimeWaitFromState,
+                mode: Mode::BtfTracepoint,
+                via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error",
+            },
+        ],
+    },
+];
+
+/// Hooks that run in every mode: they are the fallbacks' shared programs
+/// and the only source of some signals (connect errno, state changes).
+static ALWAYS: &[Hook] = &[
+    Hook {
+        name: "connect_syscall",
+        ways: &[Way::Tracepoints(&[
+            ("connect_enter", "syscalls", "sys_enter_connect"),
+            ("connect_exit", "syscalls", "sys_exit_connect"),
+        ])],
+    },
+    Hook { name: "inet_sock_set_state", ways: &[Way::BtfTracepoint { prog: "sock_state", event: "inet_sock_set_state" }] },
+    Hook {
+        name: "sched_process_exit",
+        ways: &[Way::Tracepoints(&[("process_exit", "sched", "sched_process_exit")])],
+    },
+];
+
+pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
+    let mut attached = Vec::new();
+    let mut config = Config::default();
+    for hook in HOOKS {
+        let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
+        if let Way::SharedTracepoint { flag, .. } = way {
+            match flag {
+                Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
+                Flag::TimeWaitFromState => config.time_wait_from_state = 1,
+            }
+        }
+        attached.push(Attachment { hook: hook.name, mode: way.mode(), target });
+    }
+    // Before the shared programs attach, so they never run without flags.
+    write_config(ebpf, config)?;
+    for hook in ALWAYS {
+        let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
+        attached.push(Attachment { hook: hook.name, mode: way.mode(), target });
+    }
+    Ok(attached)
+}
+
+/// Try the hook's ways allowed in `mode`, in order; the first that attaches
+/// wins. All failures are kept for the error message.
+fn attach_hook(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    hook: &'static Hook,
+    mode: AttachMode,
+) -> Result<(&'static Way, String), Error> {
+    let mut tried = Vec::new();
+    for way in hook.ways.iter().filter(|w| w.allowed_in(mode)) {
+        match try_way(ebpf, btf, way) {
+            Ok(target) => {
+                if !tried.is_empty() {
+                    tracing::info!(hook = hook.name, failed = %tried.join("; "), using = %way.mode(), "falling back");
+                }
+                return Ok((way, target));
+            }
+            Err(e) => tried.push(format!("{}: {e}", way.mode())),
+        }
+    }
+    if tried.is_empty() {
+        return Err(Error::ModeUnavailable {
+            mode: mode.to_string(),
+            hook: hook.name,
+            reason: "this hook has no way to attach in that mode".into(),
+        });
+    }
+    if mode != AttachMode::Auto {
+        return Err(Error::ModeUnavailable { mode: mode.to_string(), hook: hook.name, reason: tried.join("; ") });
+    }
+    Err(Error::Attach { hook: hook.name, tried: tried.join("; ") })
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let prog = ebpf.program_mut(name).ok_or_else(|| format!("program {name} not in the object"))?;
+    prog.try_into().map_err(|e: aya::programs::ProgramError| error_chain(&e))
+}
+
+fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
+    let err = |e: aya::programs::ProgramError| error_chain(&e);
+    match *way {
+        Way::Fentry { prog, function } => {
+            let p: &mut FEntry = program(ebpf, prog)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+            Ok(function.to_string())
+        }
+        Way::Fexit { prog, function } => {
+            let p: &mut FExit = program(ebpf, prog)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+            Ok(function.to_string())
+        }
+        Way::Kprobe { prog, function } | Way::Kretprobe { prog, function } => {
+            let p: &mut KProbe = program(ebpf, prog)?;
+            p.load().map_err(err)?;
+            p.attach(function, 0).map_err(err)?;
+            Ok(function.to_string())
+        }
+        Way::Tracepoints(list) => {
+            for &(prog, category, event) in list {
+                let p: &mut TracePoint = program(ebpf, prog)?;
+                p.load().map_err(err)?;
+                p.attach(category, event).map_err(|e| format!("{category}/{event}: {}", err(e)))?;
+            }
+            Ok(list.iter().map(|(_, c, e)| format!("{c}/{e}")).collect::<Vec<_>>().join(","))
+        }
+        Way::BtfTracepoint { prog, event } => {
+            let p: &mut BtfTracePoint = program(ebpf, prog)?;
+            p.load(event, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+            Ok(event.to_string())
+        }
+        Way::SharedTracepoint { via, .. } => Ok(via.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hook_with_a_choice_ends_in_a_tracepoint_way() {
+        for hook in HOOKS {
+            let last = hook.ways.last().unwrap();
+            assert!(last.allowed_in(AttachMode::Tracepoint), "{} has no fallback", hook.name);
+            assert!(hook.ways.iter().any(|w| w.allowed_in(AttachMode::Fentry)), "{}", hook.name);
+            assert!(hook.ways.iter().any(|w| w.allowed_in(AttachMode::Kprobe)), "{}", hook.name);
+        }
+    }
+
+    #[test]
+    fn forced_modes_filter_ways() {
+        let fentry = Way::Fentry { prog: "p", function: "f" };
+        assert!(fentry.allowed_in(AttachMode::Auto));
+        assert!(fentry.allowed_in(AttachMode::Fentry));
+        assert!(!fentry.allowed_in(AttachMode::Kprobe));
+        assert!(!fentry.allowed_in(AttachMode::Tracepoint));
+    }
+}

@@ -1,0 +1,123 @@
+//! Probes: load the eBPF object and attach every hook, each in the best mode
+//! this kernel allows (see `hooks.rs` for the table and the fallback chain).
+pub mod hooks;
+pub mod offsets;
+pub mod privileges;
+
+use std::{fmt, path::Path};
+
+use aya::{
+    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
+    Btf, Ebpf, EbpfLoader,
+};
+pub use hooks::{Attachment, Hook, HOOKS};
+use observer_common::Config;
+use tracing::info;
+
+use crate::{collect::KernelMaps, error::Error};
+
+/// The eBPF object, built by build.rs with aya-build.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+/// Which attach modes the loader may use for the hooks that have a choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    /// fentry/fexit, else kprobe/kretprobe, else tracepoints.
+    #[default]
+    Auto,
+    /// Only fentry/fexit (BPF trampolines, Linux 5.5+).
+    Fentry,
+    /// Only kprobe/kretprobe.
+    Kprobe,
+    /// Only tracepoints (classic and BTF): works without kprobes/trampolines.
+    Tracepoint,
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            AttachMode::Auto => "auto",
+            AttachMode::Fentry => "fentry",
+            AttachMode::Kprobe => "kprobe",
+            AttachMode::Tracepoint => "tracepoint",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The loaded, attached programs. Dropping it detaches everything.
+pub struct Probes {
+    // Owns the programs and their links; never read after loading.
+    _ebpf: Ebpf,
+    pub attachments: Vec<Attachment>,
+}
+
+impl Probes {
+    /// Check privileges and kernel features, load the object with this
+    /// kernel's struct offsets, and attach every hook.
+    pub fn load(mode: AttachMode) -> Result<(Self, KernelMaps), Error> {
+        privileges::check()?;
+        privileges::check_tracefs()?;
+        raise_memlock_rlimit();
+        let btf_path = Path::new(offsets::VMLINUX_BTF);
+        let kernel_offsets = offsets::resolve(&offsets::load_btf(btf_path)?)?;
+        let btf = Btf::from_sys_fs().map_err(|e| Error::Btf(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("OFFSETS", &kernel_offsets, true)
+            .load(EBPF_OBJECT)
+            .map_err(|e| Error::Load(error_chain(&e)))?;
+
+        let attachments = hooks::attach_all(&mut ebpf, &btf, mode)?;
+        for a in &attachments {
+            info!(hook = a.hook, mode = %a.mode, target = %a.target, "attached");
+        }
+        let maps = take_maps(&mut ebpf)?;
+        Ok((Self { _ebpf: ebpf, attachments }, maps))
+    }
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it so map
+/// creation does not fail there. Harmless (and a no-op) on newer kernels.
+fn raise_memlock_rlimit() {
+    let unlimited = nix::libc::RLIM_INFINITY;
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, unlimited, unlimited);
+}
+
+fn take_maps(ebpf: &mut Ebpf) -> Result<KernelMaps, Error> {
+    fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+        ebpf: &mut Ebpf,
+        name: &'static str,
+    ) -> Result<T, Error> {
+        let map = ebpf.take_map(name).ok_or(Error::Map { map: name, reason: "not in the object".into() })?;
+        T::try_from(map).map_err(|e| Error::Map { map: name, reason: e.to_string() })
+    }
+    Ok(KernelMaps {
+        proc_counters: take::<PerCpuHashMap<_, _, _>>(ebpf, "PROC_COUNTERS")?,
+        connect_errors: take::<PerCpuHashMap<_, _, _>>(ebpf, "CONNECT_ERRORS")?,
+        listeners: take::<AyaHashMap<_, _, _>>(ebpf, "LISTENERS")?,
+        exited: take::<AyaHashMap<_, _, _>>(ebpf, "EXITED")?,
+        lost: take::<PerCpuArray<_, _>>(ebpf, "LOST")?,
+    })
+}
+
+/// Tell the shared tracepoint programs which fallbacks are in use.
+pub(crate) fn write_config(ebpf: &mut Ebpf, config: Config) -> Result<(), Error> {
+    let map = ebpf.map_mut("CONFIG").ok_or(Error::Map { map: "CONFIG", reason: "not in the object".into() })?;
+    let mut array: Array<_, Config> =
+        Array::try_from(map).map_err(|e| Error::Map { map: "CONFIG", reason: e.to_string() })?;
+    array.set(0, config, 0).map_err(|e| Error::Map { map: "CONFIG", reason: e.to_string() })
+}
+
+/// An error with its causes, on one line (aya's errors nest the errno and
+/// the verifier log as sources).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}

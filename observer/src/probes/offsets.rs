@@ -1,0 +1,144 @@
+//! Resolve `KernelOffsets` from the running kernel's BTF.
+//!
+//! This is our stand-in for CO-RE (which aya cannot emit from Rust): each
+//! field the eBPF programs read is looked up by name, through anonymous
+//! unions and nested structs, so one object runs on every kernel with BTF.
+use std::path::Path;
+
+use btf_rs::{Btf, Type};
+use observer_common::KernelOffsets;
+
+use crate::error::Error;
+
+/// Where the kernel publishes its BTF (CONFIG_DEBUG_INFO_BTF=y).
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+pub fn load_btf(path: &Path) -> Result<Btf, Error> {
+    if !path.exists() {
+        return Err(Error::NoBtf { path: path.to_owned() });
+    }
+    Btf::from_file(path).map_err(|e| Error::Btf(format!("cannot parse {}: {e}", path.display())))
+}
+
+pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
+    let r = Resolver { btf };
+    let offsets = KernelOffsets {
+        task_group_leader: r.offset("task_struct", "group_leader")?,
+        task_comm: r.offset("task_struct", "comm")?,
+        task_files: r.offset("task_struct", "files")?,
+        files_fdt: r.offset("files_struct", "fdt")?,
+        fdtable_max_fds: r.offset("fdtable", "max_fds")?,
+        fdtable_fd: r.offset("fdtable", "fd")?,
+        file_private_data: r.offset("file", "private_data")?,
+        socket_sk: r.offset("socket", "sk")?,
+        sock_protocol: r.offset("sock", "sk_protocol")?,
+        sock_err: r.offset("sock", "sk_err")?,
+        skc_family: r.offset("sock", "__sk_common.skc_family")?,
+        skc_num: r.offset("sock", "__sk_common.skc_num")?,
+        skc_dport: r.offset("sock", "__sk_common.skc_dport")?,
+        skc_daddr: r.offset("sock", "__sk_common.skc_daddr")?,
+        skc_v6_daddr: r.offset("sock", "__sk_common.skc_v6_daddr")?,
+        skc_net: r.offset("sock", "__sk_common.skc_net")?,
+        net_ns_inum: r.offset("net", "ns.inum")?,
+        _pad: 0,
+    };
+    Ok(offsets)
+}
+
+struct Resolver<'a> {
+    btf: &'a Btf,
+}
+
+impl Resolver<'_> {
+    /// Byte offset of `path` (members separated by '.') inside `struct_name`.
+    fn offset(&self, struct_name: &str, path: &str) -> Result<u32, Error> {
+        let missing = |what: &str| Error::Btf(format!("struct {struct_name}: {what} (field path {path})"));
+        let mut current = self.struct_named(struct_name).ok_or_else(|| missing("struct not found in BTF"))?;
+        let mut bits = 0u32;
+        let fields: Vec<&str> = path.split('.').collect();
+        for (i, field) in fields.iter().enumerate() {
+            let (member_bits, member_type) =
+                self.find_member(&current, field).ok_or_else(|| missing(&format!("no member `{field}`")))?;
+            bits += member_bits;
+            if i + 1 < fields.len() {
+                current = self.as_struct(member_type).ok_or_else(|| missing(&format!("`{field}` is not a struct")))?;
+            }
+        }
+        if bits % 8 != 0 {
+            return Err(missing("field is a bitfield; this kernel is too old (Linux 5.6+ needed)"));
+        }
+        Ok(bits / 8)
+    }
+
+    fn struct_named(&self, name: &str) -> Option<btf_rs::Struct> {
+        self.btf.resolve_types_by_name(name).ok()?.into_iter().find_map(|t| match t {
+            Type::Struct(s) if !s.members.is_empty() => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Find `name` among `s`'s members, descending into anonymous members.
+    /// Returns the bit offset from the start of `s` and the member's type.
+    fn find_member(&self, s: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
+        for m in &s.members {
+            let member_name = self.btf.resolve_name(m).unwrap_or_default();
+            let ty = self.btf.resolve_chained_type(m).ok()?;
+            if member_name == name {
+                if m.bitfield_size().unwrap_or(0) != 0 {
+                    return Some((m.bit_offset() + 1, ty)); // marks "not byte aligned"
+                }
+                return Some((m.bit_offset(), ty));
+            }
+            if member_name.is_empty()
+                && let Some(inner) = self.as_struct(ty)
+                && let Some((off, t)) = self.find_member(&inner, name)
+            {
+                return Some((m.bit_offset() + off, t));
+            }
+        }
+        None
+    }
+
+    /// Follow typedefs and qualifiers to a struct or union.
+    fn as_struct(&self, mut ty: Type) -> Option<btf_rs::Struct> {
+        for _ in 0..16 {
+            match ty {
+                Type::Struct(s) | Type::Union(s) => return Some(s),
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) | Type::TypeTag(_) => {
+                    let next = ty.as_btf_type()?;
+                    ty = self.btf.resolve_chained_type(next).ok()?;
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running kernel's BTF resolves every field, and the offsets agree
+    /// with what is fixed by the kernel ABI or by layout rules.
+    #[test]
+    fn resolves_all_fields_on_this_kernel() {
+        let btf = load_btf(Path::new(VMLINUX_BTF)).expect("this machine has BTF");
+        let off = resolve(&btf).expect("all fields resolve");
+        // sock_common is the first member of sock: its fields sit in the
+        // first cache lines, family right after the addresses/hash/ports.
+        assert!(off.skc_family < 64, "{off:?}");
+        assert!(off.skc_v6_daddr > off.skc_family, "{off:?}");
+        assert!(off.sock_protocol > off.skc_v6_daddr, "{off:?}");
+        assert_ne!(off.task_comm, off.task_group_leader);
+        // skc_daddr is the very first field of sock_common (a union member).
+        assert_eq!(off.skc_daddr, 0);
+    }
+
+    #[test]
+    fn missing_struct_is_a_clear_error() {
+        let btf = load_btf(Path::new(VMLINUX_BTF)).expect("this machine has BTF");
+        let err = Resolver { btf: &btf }.offset("no_such_struct_xyz", "a").unwrap_err();
+        assert!(err.to_string().contains("no_such_struct_xyz"), "{err}");
+    }
+}

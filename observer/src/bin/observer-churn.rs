@@ -1,0 +1,181 @@
+//! observer-churn: a small TCP traffic generator that reproduces the
+//! incidents observer exists for, and reports what it saw (the ground truth
+//! the kernel gave it: connect() results by errno). Used by the kernel tests
+//! and the benchmark; run it inside a network namespace.
+//!
+//! Output: one line `connected=N accepted=N errors=NAME:COUNT,...`.
+use std::{
+    collections::BTreeMap,
+    io::{Read, Write},
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    os::fd::AsRawFd,
+    time::Duration,
+};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "observer-churn", about = "TCP churn generator for observer's tests and benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Close {
+    /// The client closes first: the client's socket goes to TIME_WAIT.
+    Client,
+    /// The server closes first: the server's socket goes to TIME_WAIT.
+    Server,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Listen; print "ready" once listening, then serve until killed.
+    Serve {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 128)]
+        backlog: i32,
+        /// Never call accept(): the queue fills and the kernel drops.
+        #[arg(long)]
+        never_accept: bool,
+        /// Who closes first on each accepted connection.
+        #[arg(long, value_enum, default_value_t = Close::Client)]
+        close_first: Close,
+        /// Keep accepted connections open (for port exhaustion).
+        #[arg(long)]
+        hold: bool,
+    },
+    /// Open connections, one after another.
+    Connect {
+        #[arg(long)]
+        to: SocketAddr,
+        /// Connections to attempt (failures included).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Keep every connection open until the end (exhausts ports).
+        #[arg(long)]
+        hold: bool,
+        /// Who closes first (must match the server's --close-first).
+        #[arg(long, value_enum, default_value_t = Close::Client)]
+        close_first: Close,
+        /// Non-blocking connects, each given this long, then closed (for
+        /// listeners that never accept: the SYN may never be answered).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        nonblocking: Option<Duration>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
+            serve(listen, backlog, never_accept, close_first, hold)
+        }
+        Cmd::Connect { to, count, hold, close_first, nonblocking } => connect(to, count, hold, close_first, nonblocking),
+    }
+}
+
+fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool) {
+    let listener = listen(addr, backlog);
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    if never_accept {
+        loop {
+            std::thread::park();
+        }
+    }
+    let mut held = Vec::new();
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        if hold {
+            held.push(stream);
+            continue;
+        }
+        match close_first {
+            Close::Server => drop(stream),
+            Close::Client => {
+                // Wait for the client's FIN, then close our side.
+                let mut buf = [0u8; 64];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            }
+        }
+    }
+}
+
+/// std's TcpListener::bind uses a fixed backlog; tests need a tiny one.
+fn listen(addr: SocketAddr, backlog: i32) -> TcpListener {
+    let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    // SAFETY: listen(2) on a valid, bound socket fd.
+    let rc = unsafe { libc_listen(listener.as_raw_fd(), backlog) };
+    assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
+    listener
+}
+
+unsafe extern "C" {
+    #[link_name = "listen"]
+    fn libc_listen(fd: i32, backlog: i32) -> i32;
+}
+
+fn connect(to: SocketAddr, count: u64, hold: bool, close_first: Close, nonblocking: Option<Duration>) {
+    let mut connected = 0u64;
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut held = Vec::new();
+    for _ in 0..count {
+        let result = match nonblocking {
+            Some(wait) => connect_nonblocking(to, wait),
+            None => TcpStream::connect(to),
+        };
+        match result {
+            Ok(mut stream) => {
+                connected += 1;
+                if hold {
+                    held.push(stream);
+                } else if nonblocking.is_none() {
+                    match close_first {
+                        Close::Client => drop(stream),
+                        Close::Server => {
+                            let mut buf = [0u8; 64];
+                            while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let name = e.raw_os_error().map(errno_name).unwrap_or_else(|| format!("{:?}", e.kind()));
+                *errors.entry(name).or_default() += 1;
+            }
+        }
+    }
+    for s in &held {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+    let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!("connected={connected} errors={}", errors.join(","));
+}
+
+/// connect() without blocking, then after `wait` the socket's pending error
+/// (SO_ERROR), as an event loop would see it. A connection still pending
+/// then counts as connected.
+fn connect_nonblocking(to: SocketAddr, wait: Duration) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    let family = if to.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_NONBLOCK, None).map_err(std::io::Error::from)?;
+    let addr = SockaddrStorage::from(to);
+    match nix::sys::socket::connect(fd.as_raw_fd(), &addr) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    std::thread::sleep(wait);
+    // What the application would learn: the pending error, if any.
+    match nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError) {
+        Ok(0) => Ok(TcpStream::from(fd)),
+        Ok(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn errno_name(errno: i32) -> String {
+    format!("{:?}", nix::errno::Errno::from_raw(errno))
+}

@@ -1,0 +1,235 @@
+//! Shared pieces of the kernel tests: a private network namespace per test,
+//! the churn generator run inside it, the kernel's own counters (nstat, ss),
+//! and the observer's probes and collector, loaded for real.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use observer::{
+    collect::{Collector, ListenerDrops},
+    probes::{AttachMode, Probes},
+};
+use observer_common::{ConnectErrorKey, ProcCounters};
+
+pub const CHURN: &str = env!("CARGO_BIN_EXE_observer-churn");
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A uniquely named network namespace with loopback up, deleted on drop.
+/// Names carry the pid and a counter, so tests can run in parallel.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new() -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!("obs-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        run(Command::new("ip").args(["netns", "add", &name]));
+        let ns = Self { name };
+        run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));
+        ns
+    }
+
+    /// A command that runs inside the namespace.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, program]);
+        cmd
+    }
+
+    pub fn sysctl(&self, key: &str, value: &str) {
+        run(self.command("sysctl").args(["-qw", &format!("{key}={value}")]));
+    }
+
+    /// A kernel SNMP/netstat counter of this namespace (e.g.
+    /// TcpExtListenOverflows, TcpActiveOpens), absolute value.
+    pub fn nstat(&self, counter: &str) -> u64 {
+        let out = run(self.command("nstat").args(["-asz", counter]));
+        out.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next() == Some(counter)).then(|| f.next().unwrap().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("nstat has no {counter}: {out}"))
+    }
+
+    /// Number of sockets `ss` lists in this namespace for a state filter.
+    pub fn ss_count(&self, state: &str) -> u64 {
+        run(self.command("ss").args(["-Htan", "state", state])).lines().count() as u64
+    }
+
+    /// Start `observer-churn serve ...` here; returns once it listens.
+    pub fn serve(&self, args: &[&str]) -> Server {
+        let mut child = self
+            .command(CHURN)
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "server did not start");
+        Server { child }
+    }
+
+    /// Run `observer-churn connect ...` here to completion.
+    pub fn client(&self, args: &[&str]) -> ClientReport {
+        let child = self.command(CHURN).arg("connect").args(args).stdout(Stdio::piped()).spawn().expect("spawn client");
+        // `ip netns exec` execs the program: the child's pid is the client's.
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "client failed");
+        ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+pub struct Server {
+    child: Child,
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the client saw: connections made and errno of each failure.
+#[derive(Debug)]
+pub struct ClientReport {
+    pub pid: u32,
+    pub connected: u64,
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl ClientReport {
+    fn parse(pid: u32, out: &str) -> Self {
+        let mut report = ClientReport { pid, connected: 0, errors: BTreeMap::new() };
+        for field in out.split_whitespace() {
+            match field.split_once('=') {
+                Some(("connected", n)) => report.connected = n.parse().unwrap(),
+                Some(("errors", list)) => {
+                    for item in list.split(',').filter(|s| !s.is_empty()) {
+                        let (name, n) = item.split_once(':').unwrap();
+                        report.errors.insert(name.to_string(), n.parse().unwrap());
+                    }
+                }
+                _ => {}
+            }
+        }
+        report
+    }
+
+    pub fn errors(&self, name: &str) -> u64 {
+        self.errors.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// observer's probes, loaded and attached for real, and everything they
+/// counted since, summed over collections.
+pub struct Observer {
+    pub probes: Probes,
+    collector: Collector,
+    procs: HashMap<(u32, u16), ProcCounters>,
+    errors: HashMap<ConnectErrorKey, u64>,
+    drops: Vec<ListenerDrops>,
+}
+
+impl Observer {
+    pub fn start(mode: AttachMode) -> Self {
+        let (probes, maps) = Probes::load(mode).unwrap_or_else(|e| panic!("loading probes: {e}"));
+        let mut collector = Collector::new(maps, "/proc".into());
+        // The first collection sets the listener baseline, as the daemon's does.
+        collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();
+        Self { probes, collector, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }
+    }
+
+    pub fn collect(&mut self) {
+        let d = self.collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();
+        for (key, delta) in d.procs {
+            let e = self.procs.entry((key.actor.tgid, key.family)).or_default();
+            e.connects += delta.connects;
+            e.accepts += delta.accepts;
+            e.time_wait_entries += delta.time_wait_entries;
+        }
+        for (key, n) in d.connect_errors {
+            *self.errors.entry(key).or_default() += n;
+        }
+        self.drops.extend(d.listen_drops);
+    }
+
+    /// Counters of one process over all address families.
+    pub fn process(&self, pid: u32) -> ProcCounters {
+        self.procs.iter().filter(|((p, _), _)| *p == pid).fold(ProcCounters::default(), |a, (_, v)| ProcCounters {
+            connects: a.connects + v.connects,
+            accepts: a.accepts + v.accepts,
+            time_wait_entries: a.time_wait_entries + v.time_wait_entries,
+        })
+    }
+
+    /// connect() failures of `pid` toward `dest` with `errno`.
+    pub fn connect_errors(&self, pid: u32, dest: std::net::SocketAddr, errno: u32) -> u64 {
+        self.errors
+            .iter()
+            .filter(|(k, _)| {
+                k.actor.tgid == pid
+                    && k.errno == errno
+                    && k.dport == dest.port()
+                    && observer::export::series::dest_addr(k) == dest.ip()
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// All connect() failures of `pid`, whatever the destination or errno.
+    pub fn all_connect_errors(&self, pid: u32) -> u64 {
+        self.errors.iter().filter(|(k, _)| k.actor.tgid == pid).map(|(_, n)| n).sum()
+    }
+
+    /// Listen drops charged to `pid` on `port`.
+    pub fn listen_drops(&self, pid: u32, port: u16) -> u64 {
+        self.drops.iter().filter(|d| d.owner.tgid == pid && d.port == port).map(|d| d.drops).sum()
+    }
+
+    /// The executable name observer recorded for `pid`.
+    pub fn comm_of(&self, pid: u32) -> Option<String> {
+        self.errors.keys().map(|k| &k.actor).find(|a| a.tgid == pid).map(|a| a.comm_str().to_string())
+    }
+}
+
+/// Collect until `done` holds or 10 s pass (kernel events on loopback land
+/// within milliseconds; the deadline only bounds a failing test).
+pub fn collect_until(obs: &mut Observer, mut done: impl FnMut(&Observer) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        obs.collect();
+        if done(obs) || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,48 @@
+//! TIME_WAIT piles up on the side that closes first. observer must charge
+//! each entry to the process owning the socket, though the transition
+//! happens in softirq, and match `ss state time-wait` exactly.
+mod common;
+
+use common::{collect_until, Netns, Observer};
+use observer::probes::AttachMode;
+
+const CONNECTIONS: u64 = 25;
+
+fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
+    let mut obs = Observer::start(AttachMode::Auto);
+    let ns = Netns::new();
+    let server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", close_first]);
+    let count = CONNECTIONS.to_string();
+    let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &count, "--close-first", close_first]);
+    assert_eq!(client.connected, CONNECTIONS, "{client:?}");
+    // Ground truth: the kernel's own time-wait sockets in this namespace
+    // (all are still there: TIME_WAIT lasts 60 s).
+    let mut in_time_wait = 0;
+    for _ in 0..50 {
+        in_time_wait = ns.ss_count("time-wait");
+        if in_time_wait == CONNECTIONS {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(in_time_wait, CONNECTIONS, "ss state time-wait");
+    let server_pid = server.pid();
+    collect_until(&mut obs, |o| {
+        o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= in_time_wait
+    });
+    (obs, ns, client.pid, server_pid, in_time_wait)
+}
+
+#[test]
+fn client_first_close_is_charged_to_the_client() {
+    let (obs, _ns, client, server, in_time_wait) = scenario("client");
+    assert_eq!(obs.process(client).time_wait_entries, in_time_wait);
+    assert_eq!(obs.process(server).time_wait_entries, 0);
+}
+
+#[test]
+fn server_first_close_is_charged_to_the_server() {
+    let (obs, _ns, client, server, in_time_wait) = scenario("server");
+    assert_eq!(obs.process(server).time_wait_entries, in_time_wait);
+    assert_eq!(obs.process(client).time_wait_entries, 0);
+}

@@ -7,8 +7,8 @@ use aya_build::{Package, Toolchain};
 
 /// The nightly toolchain the eBPF crate is built with. Pinned by version in
 /// xtask/src/toolchain.rs, which checks it and installs the matching
-/// bpf-linker; here only its rustup name is needed.
-const NIGHTLY: &str = "nightly";
+/// bpf-linker; here only its rustup name is needed (OBSERVER_NIGHTLY).
+const NIGHTLY_DEFAULT: &str = "nightly";
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?);
@@ -24,10 +24,12 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: build scripts are single-threaded at this point.
     unsafe { env::set_var("PATH", env::join_paths(paths)?) };
 
+    println!("cargo:rerun-if-env-changed=OBSERVER_NIGHTLY");
+    let nightly = env::var("OBSERVER_NIGHTLY").unwrap_or_else(|_| NIGHTLY_DEFAULT.to_string());
     let ebpf_dir = workspace.join("observer-ebpf");
     let root_dir = ebpf_dir.to_str().context("non-UTF-8 path")?;
     aya_build::build_ebpf(
         [Package { name: "observer-ebpf", root_dir, ..Default::default() }],
-        Toolchain::Custom(NIGHTLY),
+        Toolchain::Custom(&nightly),
     )
 }

@@ -1,1 +1,61 @@
-fn main() {}
+//! cargo xtask: what cargo alone cannot do for observer. One module per
+//! subcommand. `setup` runs implicitly before `build`, `run` and `test`.
+mod build;
+mod run;
+mod setup;
+mod test;
+mod toolchain;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Build, run and test observer")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what building and testing need (idempotent, fast when done):
+    /// rust-src for the pinned nightly, bpf-linker against its LLVM (under
+    /// target/tools), and the Debian tools the tests call.
+    Setup,
+    /// Build observer (the eBPF object is built and embedded by build.rs).
+    Build(build::Options),
+    /// Build and start the daemon: `cargo xtask run -- --interval 1s`.
+    Run(run::Options),
+    /// Run every test, the kernel ones included (needs root).
+    Test(test::Options),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Setup => setup::run().map(|_| ()),
+        Command::Build(opts) => build::run(&opts).map(|_| ()),
+        Command::Run(opts) => run::run(&opts),
+        Command::Test(opts) => test::run(&opts),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run a command, failing with its name if it does not succeed.
+pub fn run_cmd(cmd: &mut std::process::Command) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    anyhow::ensure!(status.success(), "{cmd:?} failed ({status})");
+    Ok(())
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+}

@@ -1,0 +1,69 @@
+//! The attach fallback chain: each hook with a choice runs in the best mode
+//! the kernel allows, forcing an unavailable mode is a clear error, and the
+//! tracepoint fallbacks work everywhere.
+mod common;
+
+use std::{collections::BTreeMap, path::Path};
+
+use observer::{
+    error::Error,
+    probes::{hooks::Mode, AttachMode, Probes, HOOKS},
+};
+
+fn modes(probes: &Probes) -> BTreeMap<&'static str, Mode> {
+    probes.attachments.iter().map(|a| (a.hook, a.mode)).collect()
+}
+
+/// Load in a forced mode: the mode of each hook, or the error.
+fn forced(mode: AttachMode) -> Result<BTreeMap<&'static str, Mode>, String> {
+    Probes::load(mode).map(|(p, _)| modes(&p)).map_err(|e| e.to_string())
+}
+
+#[test]
+fn auto_picks_for_each_hook_the_first_mode_that_works_alone() {
+    let (auto, _maps) = Probes::load(AttachMode::Auto).expect("auto mode always loads");
+    let auto = modes(&auto);
+    let tracepoint = forced(AttachMode::Tracepoint).expect("the tracepoint fallbacks load on every BTF kernel");
+    let fentry = forced(AttachMode::Fentry);
+    let kprobe = forced(AttachMode::Kprobe);
+    for hook in HOOKS {
+        let expected = [&fentry, &kprobe]
+            .into_iter()
+            .find_map(|r| r.as_ref().ok().map(|m| m[hook.name]))
+            .unwrap_or(tracepoint[hook.name]);
+        assert_eq!(auto[hook.name], expected, "hook {}", hook.name);
+    }
+    // Hooks without a choice are attached in every mode.
+    for hook in ["connect_syscall", "inet_sock_set_state", "sched_process_exit"] {
+        assert!(auto.contains_key(hook) && tracepoint.contains_key(hook), "{hook}");
+    }
+}
+
+#[test]
+fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
+    // This CI kernel has no kprobes (and fentry is refused with EPERM).
+    // On kernels with kprobes this test checks the kprobe mode instead.
+    let has_kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    match Probes::load(AttachMode::Kprobe) {
+        Ok((probes, _)) => {
+            assert!(has_kprobes, "kprobe mode loaded on a kernel without kprobes");
+            for a in probes.attachments.iter().filter(|a| HOOKS.iter().any(|h| h.name == a.hook)) {
+                assert!(matches!(a.mode, Mode::Kprobe | Mode::Kretprobe), "{a:?}");
+            }
+        }
+        Err(e) => {
+            assert!(!has_kprobes, "kprobe mode failed on a kernel with kprobes: {e}");
+            let Error::ModeUnavailable { mode, hook, reason } = &e else { panic!("unexpected error: {e}") };
+            assert_eq!(mode, "kprobe");
+            assert_eq!(*hook, HOOKS[0].name, "the first hook names the failure");
+            assert!(reason.contains("kprobe"), "the kernel's answer is kept: {reason}");
+        }
+    }
+    if !has_kprobes {
+        let (auto, _) = Probes::load(AttachMode::Auto).unwrap();
+        let auto = modes(&auto);
+        assert_eq!(auto["inet_csk_accept"], Mode::Tracepoint);
+        assert_eq!(auto["tcp_connect"], Mode::Tracepoint);
+        assert_eq!(auto["tcp_time_wait"], Mode::BtfTracepoint);
+    }
+}

@@ -1,0 +1,28 @@
+//! `cargo xtask build`: setup, then build observer with cargo.
+use std::{path::PathBuf, process::Command};
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::{run_cmd, setup, workspace_root};
+
+#[derive(Args)]
+pub struct Options {
+    /// Build with optimisations (target/release).
+    #[arg(long)]
+    pub release: bool,
+}
+
+/// Returns the path of the built `observer` binary.
+pub fn run(opts: &Options) -> Result<PathBuf> {
+    let nightly = setup::run()?;
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(workspace_root()).args(["build", "--package", "observer", "--bins"]);
+    if opts.release {
+        cmd.arg("--release");
+    }
+    cmd.env("OBSERVER_NIGHTLY", &nightly.name);
+    run_cmd(&mut cmd)?;
+    let profile = if opts.release { "release" } else { "debug" };
+    Ok(workspace_root().join("target").join(profile).join("observer"))
+}

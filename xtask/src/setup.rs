@@ -1,0 +1,125 @@
+//! `cargo xtask setup`: make this machine able to build and test observer.
+//! Every step checks first and prints what it does, so a second run is
+//! fast and quiet.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{run_cmd, toolchain, workspace_root};
+
+/// bpf-linker version; 0.13 supports LLVM 21, 22 and 23 by feature.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl.
+const PACKAGES: &[(&str, &str)] = &[("ip", "iproute2"), ("nstat", "iproute2"), ("setpriv", "util-linux"), ("sysctl", "procps")];
+
+/// Where setup installs its tools.
+pub fn tools_dir() -> PathBuf {
+    workspace_root().join("target/tools")
+}
+
+pub fn run() -> Result<toolchain::Nightly> {
+    let nightly = toolchain::nightly()?;
+    rust_src(&nightly)?;
+    bpf_linker(&nightly)?;
+    debian_packages()?;
+    tracefs()?;
+    Ok(nightly)
+}
+
+fn rust_src(nightly: &toolchain::Nightly) -> Result<()> {
+    if nightly.sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Ok(());
+    }
+    println!("setup: adding rust-src to {} (build-std needs it)", nightly.name);
+    run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", &nightly.name]))
+        .context("cannot add rust-src (no network?)")
+}
+
+/// Build bpf-linker against the nightly's own libLLVM (no system LLVM
+/// needed), into target/tools. A stamp file records what it was built for.
+fn bpf_linker(nightly: &toolchain::Nightly) -> Result<()> {
+    let tools = tools_dir();
+    let stamp = tools.join("bpf-linker.stamp");
+    let want = format!("{BPF_LINKER_VERSION} llvm-{} {}", nightly.llvm_major, nightly.commit_hash);
+    if tools.join("bin/bpf-linker").exists() && fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == want) {
+        return Ok(());
+    }
+    println!("setup: building bpf-linker {BPF_LINKER_VERSION} against {}'s LLVM {} (a few minutes, once)", nightly.name, nightly.llvm_major);
+    let llvm_prefix = tools.join(format!("llvm-{}", nightly.llvm_major));
+    link_libllvm(&nightly.sysroot.join("lib"), &llvm_prefix.join("lib"), nightly.llvm_major)?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["install", "--force", "--locked", "--root"])
+            .arg(&tools)
+            .args(["--version", BPF_LINKER_VERSION, "bpf-linker", "--no-default-features", "--features"])
+            .arg(format!("llvm-{}", nightly.llvm_major))
+            .env("LLVM_PREFIX", &llvm_prefix),
+    )
+    .context("building bpf-linker failed (no network to crates.io?)")?;
+    fs::write(&stamp, want)?;
+    Ok(())
+}
+
+/// llvm-sys links `-lLLVM` from $LLVM_PREFIX/lib: point that at the
+/// nightly's `libLLVM.so.<major>.<minor>-rust-*`.
+fn link_libllvm(sysroot_lib: &Path, prefix_lib: &Path, major: u32) -> Result<()> {
+    let wanted = format!("libLLVM.so.{major}.");
+    let found = fs::read_dir(sysroot_lib)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&wanted)));
+    let Some(lib) = found else {
+        bail!("no {wanted}* in {}: is this a rustup nightly?", sysroot_lib.display());
+    };
+    fs::create_dir_all(prefix_lib)?;
+    let link = prefix_lib.join("libLLVM.so");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&lib, &link)?;
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into()]).any(|d| d.join(program).exists())
+}
+
+fn debian_packages() -> Result<()> {
+    let mut missing: Vec<&str> = PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("setup: installing {} (the tests call them)", missing.join(" "));
+    if !have("apt-get") {
+        bail!("missing {}: install them with your package manager", missing.join(", "));
+    }
+    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing))
+}
+
+/// The classic tracepoints need tracefs; Debian does not mount it at boot.
+fn tracefs() -> Result<()> {
+    if Path::new("/sys/kernel/tracing/events").is_dir() || Path::new("/sys/kernel/debug/tracing/events").is_dir() {
+        return Ok(());
+    }
+    if !nix_is_root() {
+        println!("setup: tracefs is not mounted; as root: mount -t tracefs nodev /sys/kernel/tracing");
+        return Ok(());
+    }
+    println!("setup: mounting tracefs at /sys/kernel/tracing");
+    run_cmd(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+}
+
+pub fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}

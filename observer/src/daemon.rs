@@ -28,6 +28,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// The host's /proc (in a container: where the host's /proc is mounted).
     pub proc_root: PathBuf,
+    /// The kernel's BTF (its own, or one from BTFHub for older kernels).
+    pub kernel_btf: PathBuf,
 }
 
 impl Default for RunConfig {
@@ -39,13 +41,14 @@ impl Default for RunConfig {
             attach_mode: AttachMode::Auto,
             limits: Limits::default(),
             proc_root: PathBuf::from("/proc"),
+            kernel_btf: PathBuf::from(crate::probes::offsets::VMLINUX_BTF),
         }
     }
 }
 
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let listener = http::bind(config.prometheus_listen).await?;
-    let (probes, maps) = Probes::load(config.attach_mode)?;
+    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf)?;
     let mut attachments = probes.attachments.clone();
     attachments.push(check_sock_diag()?);
 

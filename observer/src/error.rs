@@ -22,11 +22,11 @@ pub enum Error {
     Btf(String),
 
     #[error(
-        "tracefs is not mounted (no {path}): the tracepoint fallbacks need it; mount it with \
-         `mount -t tracefs nodev /sys/kernel/tracing` (in a container, mount the host's \
-         /sys/kernel/tracing into the container)"
+        "tracefs is not mounted at {path} and mounting it failed ({reason}): the tracepoint \
+         hooks need it; mount it with `mount -t tracefs nodev /sys/kernel/tracing` (in a \
+         container, mount the host's /sys/kernel/tracing into the container)"
     )]
-    NoTracefs { path: PathBuf },
+    NoTracefs { path: PathBuf, reason: String },
 
     #[error("loading the eBPF object failed: {0}")]
     Load(String),

@@ -54,3 +54,45 @@ fn refused_connects_are_counted_once_blocking_or_not() {
     assert_eq!(obs.process(blocking.pid).connects, 3);
     assert_eq!(obs.process(nonblocking.pid).connects, 4);
 }
+
+#[test]
+fn unroutable_destination_is_enetunreach_before_any_packet() {
+    let mut obs = Observer::start(AttachMode::Auto);
+    // The namespace has only loopback, so the route lookup fails inside
+    // connect() and no packet is ever built. 192.0.2.1 is TEST-NET-1
+    // (RFC 5737), reserved for documentation.
+    let ns = Netns::new();
+    let client = ns.client(&["--to", "192.0.2.1:80", "--count", "2"]);
+    assert_eq!(client.errors("ENETUNREACH"), 2, "{client:?}");
+    let dest: SocketAddr = "192.0.2.1:80".parse().unwrap();
+    collect_until(&mut obs, |o| o.connect_errors(client.pid, dest, 101) >= 2);
+    assert_eq!(obs.connect_errors(client.pid, dest, 101), 2);
+    assert_eq!(obs.process(client.pid).connects, 0, "no SYN was sent");
+}
+
+#[test]
+fn timed_out_connects_are_counted_once_blocking_or_not() {
+    const ETIMEDOUT: u32 = 110;
+    let mut obs = Observer::start(AttachMode::Auto);
+    let ns = Netns::new();
+    // One SYN retry: a connect whose SYNs are dropped times out in ~3 s.
+    ns.sysctl("net.ipv4.tcp_syn_retries", "1");
+    let _server = ns.serve(&["--listen", "127.0.0.1:7200", "--backlog", "0", "--never-accept"]);
+    // Fill the accept queue (backlog 0 holds one connection); from then on
+    // the listener drops every SYN.
+    let filler = ns.client(&["--to", "127.0.0.1:7200", "--count", "1", "--hold", "--nonblocking", "100ms"]);
+    assert_eq!(filler.connected, 1);
+
+    let blocking = ns.client(&["--to", "127.0.0.1:7200", "--count", "1"]);
+    let nonblocking = ns.client(&["--to", "127.0.0.1:7200", "--count", "1", "--nonblocking", "5s"]);
+    assert_eq!(blocking.errors("ETIMEDOUT"), 1, "{blocking:?}");
+    assert_eq!(nonblocking.errors("ETIMEDOUT"), 1, "{nonblocking:?}");
+
+    let dest: SocketAddr = "127.0.0.1:7200".parse().unwrap();
+    collect_until(&mut obs, |o| {
+        o.connect_errors(blocking.pid, dest, ETIMEDOUT) >= 1 && o.connect_errors(nonblocking.pid, dest, ETIMEDOUT) >= 1
+    });
+    assert_eq!(obs.connect_errors(blocking.pid, dest, ETIMEDOUT), 1);
+    assert_eq!(obs.connect_errors(nonblocking.pid, dest, ETIMEDOUT), 1);
+    assert_eq!(obs.all_connect_errors(blocking.pid) + obs.all_connect_errors(nonblocking.pid), 2);
+}

@@ -30,10 +30,11 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn start_daemon() -> Daemon {
+fn start_daemon(extra: &[&str]) -> Daemon {
     let port = free_port();
     let child = Command::new(OBSERVER)
         .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -65,12 +66,13 @@ fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {
 
 #[test]
 fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
-    let daemon = start_daemon();
+    let daemon = start_daemon(&[]);
     let ns = Netns::new();
-    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41004");
+    // An even-sized range: the kernel only uses an even number of ports.
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
     let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
     let client = ns.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
-    assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (5, 4), "{client:?}");
+    assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (6, 3), "{client:?}");
 
     let pid = format!("process_pid=\"{}\"", client.pid);
     let errors_labels = [
@@ -89,11 +91,36 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &errors_labels), Some(4), "{body}");
-    assert_eq!(sample(&body, "observer_tcp_connects_total", &[pid.as_str()]), Some(5), "{body}");
+    assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &errors_labels), Some(3), "{body}");
+    assert_eq!(sample(&body, "observer_tcp_connects_total", &[pid.as_str()]), Some(6), "{body}");
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
         assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
     }
+}
+
+#[test]
+fn an_exited_process_keeps_its_series_for_the_grace_period_only() {
+    let daemon = start_daemon(&["--grace", "2s"]);
+    let ns = Netns::new();
+    let client = ns.client(&["--to", "127.0.0.1:9", "--count", "2"]);
+    assert_eq!(client.errors("ECONNREFUSED"), 2);
+    let labels = [format!("process_pid=\"{}\"", client.pid), "error_type=\"ECONNREFUSED\"".to_string()];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let value = || sample(&scrape(daemon.port).expect("scrape"), "observer_tcp_connect_errors_total", &labels);
+
+    // The client has exited; its counts are still scraped...
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while value().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen_at = Instant::now();
+    assert_eq!(value(), Some(2));
+    // ...and retired once the grace period has passed.
+    while value().is_some() && Instant::now() < deadline + Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(value(), None, "series must be retired after the grace period");
+    assert!(seen_at.elapsed() >= Duration::from_millis(1500), "retired too early: {:?}", seen_at.elapsed());
 }
 
 fn run_cli(args: &[&str]) -> (i32, String) {
@@ -140,4 +167,35 @@ fn without_privileges_the_missing_capabilities_are_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("missing privileges") && stderr.contains("CAP_BPF"), "{stderr}");
+}
+
+#[test]
+fn no_btf_names_the_kernel_option() {
+    let (code, stderr) = run_cli(&["run", "--prometheus-listen", "127.0.0.1:0", "--kernel-btf", "/nonexistent/vmlinux"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no kernel BTF at /nonexistent/vmlinux") && stderr.contains("CONFIG_DEBUG_INFO_BTF"), "{stderr}");
+}
+
+/// Run observer in a private mount namespace where tracefs is unmounted,
+/// optionally without CAP_SYS_ADMIN (so it cannot mount it back).
+fn run_without_tracefs(can_mount: bool) -> (i32, String) {
+    let caps = if can_mount { "" } else { "setpriv --inh-caps=-all --bounding-set=-all,+bpf,+perfmon,+net_admin --" };
+    let script = format!(
+        "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug/tracing 2>/dev/null; \
+         test -d /sys/kernel/tracing/events && exit 99; \
+         exec {caps} timeout --preserve-status -s INT 8 {OBSERVER} run --prometheus-listen 127.0.0.1:0"
+    );
+    let out = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn missing_tracefs_is_mounted_when_possible_and_explained_otherwise() {
+    let (code, stderr) = run_without_tracefs(true);
+    assert_eq!(code, 0, "runs, then stops on SIGINT: {stderr}");
+    assert!(stderr.contains("tracefs was not mounted; mounted it"), "{stderr}");
+
+    let (code, stderr) = run_without_tracefs(false);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tracefs is not mounted") && stderr.contains("mount -t tracefs"), "{stderr}");
 }

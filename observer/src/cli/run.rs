@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// running in a container with the host's /proc mounted elsewhere).
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub proc_root: PathBuf,
+
+    /// The running kernel's BTF; point it at a BTFHub file on kernels built
+    /// without CONFIG_DEBUG_INFO_BTF.
+    #[arg(long, value_name = "FILE", default_value = crate::probes::offsets::VMLINUX_BTF)]
+    pub kernel_btf: PathBuf,
 }
 
 impl RunArgs {
@@ -58,6 +63,7 @@ impl RunArgs {
             attach_mode: self.attach_mode,
             limits: Limits { max_processes: self.max_processes as usize, max_destinations: self.max_destinations as usize },
             proc_root: self.proc_root,
+            kernel_btf: self.kernel_btf,
         }
     }
 }

@@ -53,15 +53,21 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Check privileges and kernel features, load the object with this
-    /// kernel's struct offsets, and attach every hook.
+    /// `load_with_btf` with the kernel's own BTF.
     pub fn load(mode: AttachMode) -> Result<(Self, KernelMaps), Error> {
+        Self::load_with_btf(mode, Path::new(offsets::VMLINUX_BTF))
+    }
+
+    /// Check privileges and kernel features, load the object with this
+    /// kernel's struct offsets (from the BTF at `btf_path`), and attach
+    /// every hook.
+    pub fn load_with_btf(mode: AttachMode, btf_path: &Path) -> Result<(Self, KernelMaps), Error> {
         privileges::check()?;
-        privileges::check_tracefs()?;
+        privileges::ensure_tracefs()?;
         raise_memlock_rlimit();
-        let btf_path = Path::new(offsets::VMLINUX_BTF);
         let kernel_offsets = offsets::resolve(&offsets::load_btf(btf_path)?)?;
-        let btf = Btf::from_sys_fs().map_err(|e| Error::Btf(e.to_string()))?;
+        let btf = Btf::parse_file(btf_path, aya::Endianness::default())
+            .map_err(|e| Error::Btf(format!("{}: {e}", btf_path.display())))?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("OFFSETS", &kernel_offsets, true)

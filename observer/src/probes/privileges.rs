@@ -30,13 +30,19 @@ pub fn check() -> Result<(), Error> {
 }
 
 /// tracefs is needed to attach classic tracepoints (aya reads event ids
-/// from it). Debian mounts it on demand at /sys/kernel/tracing; older
-/// setups have it under /sys/kernel/debug/tracing.
-pub fn check_tracefs() -> Result<(), Error> {
+/// from it). Many distributions (Debian among them) do not mount it at
+/// boot; mount it ourselves when we may (CAP_SYS_ADMIN), else say how.
+pub fn ensure_tracefs() -> Result<(), Error> {
     let candidates = ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"];
     if candidates.iter().any(|p| Path::new(p).is_dir()) {
-        Ok(())
-    } else {
-        Err(Error::NoTracefs { path: "/sys/kernel/tracing".into() })
+        return Ok(());
+    }
+    let target = Path::new("/sys/kernel/tracing");
+    match nix::mount::mount(Some("nodev"), target, Some("tracefs"), nix::mount::MsFlags::empty(), None::<&str>) {
+        Ok(()) => {
+            tracing::info!(path = %target.display(), "tracefs was not mounted; mounted it");
+            Ok(())
+        }
+        Err(errno) => Err(Error::NoTracefs { path: target.into(), reason: errno.desc().to_string() }),
     }
 }

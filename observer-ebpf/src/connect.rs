@@ -39,6 +39,10 @@ pub fn connect_enter(ctx: TracePointContext) -> u32 {
 }
 
 fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
+    // Forget any previous connect of this thread first, so the exit of a
+    // connect we do not track (UDP, unix) can never match a stale entry.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let _ = THREAD_CONNECTS.remove(&pid_tgid);
     let fd: u64 = unsafe { ctx.read_at(ENTER_FD) }?;
     let uaddr: u64 = unsafe { ctx.read_at(ENTER_USERVADDR) }?;
     let family: u16 = unsafe { bpf_probe_read_user(uaddr as *const u16) }?;
@@ -80,7 +84,7 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
             }
         }
     }
-    let _ = THREAD_CONNECTS.insert(&bpf_get_current_pid_tgid(), &sk, 0);
+    let _ = THREAD_CONNECTS.insert(&pid_tgid, &sk, 0);
     Ok(())
 }
 

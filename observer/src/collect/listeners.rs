@@ -4,6 +4,11 @@
 //! the first scan may have dropped connections before observer started:
 //! those are the baseline, not counted. A listener first seen later was
 //! created while observer ran, so all its drops are new.
+//!
+//! The owner is the process that called listen(), recorded by the eBPF
+//! side. A listener opened before observer started has no such record; its
+//! owner is then found once through /proc (the process holding the socket's
+//! inode) and cached for the listener's lifetime.
 use std::collections::{HashMap, HashSet};
 
 use observer_common::{Actor, ListenerKey};
@@ -23,6 +28,8 @@ pub struct ListenerDrops {
 pub struct ListenerTracker {
     /// Last `sk_drops` per listener, by socket cookie (unique per boot).
     last: HashMap<u64, u32>,
+    /// Owners found through /proc, by cookie.
+    found_owners: HashMap<u64, Actor>,
     first_scan_done: bool,
 }
 
@@ -31,6 +38,7 @@ impl ListenerTracker {
         &mut self,
         listeners: &[Listener],
         owner_of: impl Fn(&ListenerKey) -> Option<Actor>,
+        owner_by_inode: impl Fn(u32) -> Option<Actor>,
     ) -> Vec<ListenerDrops> {
         let mut out = Vec::new();
         let mut alive = HashSet::with_capacity(listeners.len());
@@ -44,8 +52,16 @@ impl ListenerTracker {
                 continue;
             }
             let key = ListenerKey { netns: l.netns, port: l.port, family: l.family };
+            let owner = owner_of(&key)
+                .or_else(|| self.found_owners.get(&l.cookie).copied())
+                .or_else(|| {
+                    let found = owner_by_inode(l.inode)?;
+                    self.found_owners.insert(l.cookie, found);
+                    Some(found)
+                })
+                .unwrap_or_default();
             out.push(ListenerDrops {
-                owner: owner_of(&key).unwrap_or_default(),
+                owner,
                 family: l.family,
                 port: l.port,
                 drops: delta,
@@ -53,6 +69,7 @@ impl ListenerTracker {
         }
         // Forget closed listeners so the map stays as big as what exists.
         self.last.retain(|cookie, _| alive.contains(cookie));
+        self.found_owners.retain(|cookie, _| alive.contains(cookie));
         self.first_scan_done = true;
         out
     }
@@ -63,7 +80,7 @@ mod tests {
     use super::*;
 
     fn listener(cookie: u64, drops: u32) -> Listener {
-        Listener { netns: 1, family: 2, port: 8080, cookie, drops, queued: 0, backlog: 1 }
+        Listener { netns: 1, family: 2, port: 8080, cookie, inode: 100 + cookie as u32, drops, queued: 0, backlog: 1 }
     }
 
     fn owner(tgid: u32) -> Actor {
@@ -73,16 +90,16 @@ mod tests {
     #[test]
     fn drops_before_start_are_a_baseline() {
         let mut t = ListenerTracker::default();
-        assert!(t.update(&[listener(1, 5)], |_| Some(owner(7))).is_empty());
-        let d = t.update(&[listener(1, 8)], |_| Some(owner(7)));
+        assert!(t.update(&[listener(1, 5)], |_| Some(owner(7)), |_| None).is_empty());
+        let d = t.update(&[listener(1, 8)], |_| Some(owner(7)), |_| None);
         assert_eq!(d, vec![ListenerDrops { owner: owner(7), family: 2, port: 8080, drops: 3 }]);
     }
 
     #[test]
     fn listener_created_after_start_counts_all_its_drops() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None);
-        let d = t.update(&[listener(2, 4)], |_| Some(owner(9)));
+        t.update(&[], |_| None, |_| None);
+        let d = t.update(&[listener(2, 4)], |_| Some(owner(9)), |_| None);
         assert_eq!(d[0].drops, 4);
         assert_eq!(d[0].owner.tgid, 9);
     }
@@ -90,10 +107,24 @@ mod tests {
     #[test]
     fn unknown_owner_is_tgid_zero_and_closed_listeners_are_forgotten() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None);
-        let d = t.update(&[listener(3, 1)], |_| None);
+        t.update(&[], |_| None, |_| None);
+        let d = t.update(&[listener(3, 1)], |_| None, |_| None);
         assert_eq!(d[0].owner.tgid, 0);
-        t.update(&[], |_| None);
+        t.update(&[], |_| None, |_| None);
         assert!(t.last.is_empty());
+    }
+
+    #[test]
+    fn owner_found_by_inode_is_looked_up_once_and_cached() {
+        let mut t = ListenerTracker::default();
+        t.update(&[], |_| None, |_| None);
+        let lookups = std::cell::Cell::new(0);
+        let by_inode = |inode: u32| {
+            lookups.set(lookups.get() + 1);
+            (inode == 104).then(|| owner(42))
+        };
+        assert_eq!(t.update(&[listener(4, 1)], |_| None, by_inode)[0].owner.tgid, 42);
+        assert_eq!(t.update(&[listener(4, 3)], |_| None, by_inode)[0].owner.tgid, 42);
+        assert_eq!(lookups.get(), 1);
     }
 }

@@ -5,6 +5,7 @@
 //! process retired after its grace period); a key seen with a value below
 //! the last one read was deleted and recreated, so its whole value is new.
 mod listeners;
+mod proc_owner;
 pub mod sock_diag;
 
 use std::{
@@ -130,7 +131,12 @@ impl Collector {
 
         let namespaces = sock_diag::namespaces(&self.proc_root);
         let listeners = sock_diag::scan_namespaces(namespaces);
-        deltas.listen_drops = self.listeners.update(&listeners, |key| self.maps.listeners.get(key, 0).ok());
+        let proc_root = &self.proc_root;
+        deltas.listen_drops = self.listeners.update(
+            &listeners,
+            |key| self.maps.listeners.get(key, 0).ok(),
+            |inode| proc_owner::owner_of_socket(proc_root, inode),
+        );
 
         for slot in 0..lost::SLOTS {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;

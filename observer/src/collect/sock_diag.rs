@@ -30,6 +30,8 @@ pub struct Listener {
     pub family: u16,
     pub port: u16,
     pub cookie: u64,
+    /// Socket inode, as in /proc/PID/fd/N -> socket:[inode].
+    pub inode: u32,
     /// Connections dropped because a queue was full (`sk_drops`).
     pub drops: u32,
     /// Connections waiting in the accept queue now, and the queue's limit.
@@ -93,6 +95,7 @@ fn dump_family(socket: &Socket, family: u8, netns: u32, out: &mut Vec<Listener>)
                         family: resp.header.family as u16,
                         port: resp.header.socket_id.source_port,
                         cookie: u64::from_ne_bytes(resp.header.socket_id.cookie),
+                        inode: resp.header.inode,
                         drops,
                         queued: resp.header.recv_queue,
                         backlog: resp.header.send_queue,

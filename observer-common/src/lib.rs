@@ -104,8 +104,12 @@ pub struct InflightConnect {
     pub in_syscall: u32,
     /// 1 once the socket went CLOSE -> SYN_SENT during this connect().
     pub syn_sent: u32,
+    /// 1 once the socket left SYN_SENT while the syscall was still running
+    /// (on loopback the handshake often completes inside connect()).
+    pub resolved: u32,
     /// `sk_err` seen when SYN_SENT ended while the syscall was still running.
     pub async_errno: u32,
+    pub _pad: u32,
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -146,6 +150,6 @@ const _: () = {
     assert!(size_of::<ProcCounters>() == 24);
     assert!(size_of::<ConnectErrorKey>() == 56);
     assert!(size_of::<ListenerKey>() == 8);
-    assert!(size_of::<InflightConnect>() == 64);
+    assert!(size_of::<InflightConnect>() == 72);
     assert!(size_of::<Config>() == 8);
 };

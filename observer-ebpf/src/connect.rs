@@ -68,8 +68,11 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
     match INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
         // A non-blocking connect() asked again (EALREADY): keep the pending
         // entry and its async error, just mark the syscall as running.
-        Some(entry) => unsafe { (*entry).in_syscall = 1 },
-        None => {
+        Some(entry) if unsafe { (*entry).actor.tgid == actor.tgid && (*entry).in_syscall == 0 } => unsafe {
+            (*entry).in_syscall = 1
+        },
+        // None, or a stale entry of a freed socket whose address was reused.
+        _ => {
             let entry = InflightConnect {
                 actor,
                 daddr,
@@ -77,7 +80,9 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
                 dport,
                 in_syscall: 1,
                 syn_sent: 0,
+                resolved: 0,
                 async_errno: 0,
+                _pad: 0,
             };
             if INFLIGHT_CONNECTS.insert(&sk, &entry, 0).is_err() {
                 count_lost(lost::INFLIGHT_FULL);
@@ -120,11 +125,14 @@ fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
         0 | EISCONN => {
             let _ = INFLIGHT_CONNECTS.remove(&sk);
         }
-        // Still connecting: the outcome arrives when SYN_SENT ends, or it
-        // already did while the syscall ran.
+        // Still connecting, unless SYN_SENT already ended while the syscall
+        // ran (then its outcome is known now); otherwise the outcome comes
+        // when SYN_SENT ends (state.rs).
         EINPROGRESS | EALREADY | EINTR => {
-            if entry.async_errno != 0 {
-                count_error(entry, entry.async_errno);
+            if entry.resolved == 1 {
+                if entry.async_errno != 0 {
+                    count_error(entry, entry.async_errno);
+                }
                 let _ = INFLIGHT_CONNECTS.remove(&sk);
             } else {
                 entry.in_syscall = 0;

@@ -44,6 +44,11 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     }
     if new == CLOSE {
         let _ = SOCK_OWNERS.remove(&sk);
+        if old != SYN_SENT {
+            // Normally gone already; never let an entry outlive its socket,
+            // since a new socket may get the same address.
+            let _ = INFLIGHT_CONNECTS.remove(&sk);
+        }
     }
     0
 }
@@ -58,6 +63,7 @@ fn syn_sent_ended(sk: u64, new: i32) {
     let entry = unsafe { &mut *entry };
     let err = if new == CLOSE { sock_err(sk) } else { 0 };
     if entry.in_syscall == 1 {
+        entry.resolved = 1;
         entry.async_errno = err as u32;
         return;
     }

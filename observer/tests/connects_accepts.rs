@@ -5,13 +5,12 @@ mod common;
 use std::net::SocketAddr;
 
 use common::{collect_until, Netns, Observer};
-use observer::probes::AttachMode;
 
 const ECONNREFUSED: u32 = 111;
 
 #[test]
 fn two_clients_get_separate_counts_and_accepts_go_to_the_server() {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     let server = ns.serve(&["--listen", "127.0.0.1:7100"]);
     let (active_before, passive_before) = (ns.nstat("TcpActiveOpens"), ns.nstat("TcpPassiveOpens"));
@@ -33,7 +32,7 @@ fn two_clients_get_separate_counts_and_accepts_go_to_the_server() {
 
 #[test]
 fn refused_connects_are_counted_once_blocking_or_not() {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     // Nothing listens on port 9: the kernel answers each SYN with a reset.
     let blocking = ns.client(&["--to", "127.0.0.1:9", "--count", "3"]);
@@ -57,7 +56,7 @@ fn refused_connects_are_counted_once_blocking_or_not() {
 
 #[test]
 fn unroutable_destination_is_enetunreach_before_any_packet() {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     // The namespace has only loopback, so the route lookup fails inside
     // connect() and no packet is ever built. 192.0.2.1 is TEST-NET-1
     // (RFC 5737), reserved for documentation.
@@ -73,7 +72,7 @@ fn unroutable_destination_is_enetunreach_before_any_packet() {
 #[test]
 fn timed_out_connects_are_counted_once_blocking_or_not() {
     const ETIMEDOUT: u32 = 110;
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     // One SYN retry: a connect whose SYNs are dropped times out in ~3 s.
     ns.sysctl("net.ipv4.tcp_syn_retries", "1");

@@ -34,6 +34,7 @@ fn start_daemon(extra: &[&str]) -> Daemon {
     let port = free_port();
     let child = Command::new(OBSERVER)
         .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .args(["--attach-mode", &common::test_mode().to_string()])
         .args(extra)
         .stderr(Stdio::null())
         .spawn()

@@ -6,11 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::{collect_until, Netns, Observer};
-use observer::probes::AttachMode;
 
 #[test]
 fn drops_equal_listen_overflows_and_are_charged_to_the_owner() {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     let server = ns.serve(&["--listen", "127.0.0.1:8081", "--backlog", "1", "--never-accept"]);
     let before = ns.nstat("TcpExtListenOverflows");
@@ -31,7 +30,7 @@ fn a_listener_older_than_observer_is_charged_to_its_owner_too() {
     let ns = Netns::new();
     // The listener exists before observer starts: no listen() was seen.
     let server = ns.serve(&["--listen", "[::1]:8082", "--backlog", "1", "--never-accept"]);
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let before = ns.nstat("TcpExtListenOverflows");
     ns.client(&["--to", "[::1]:8082", "--count", "6", "--nonblocking", "200ms"]);
     std::thread::sleep(Duration::from_millis(300));

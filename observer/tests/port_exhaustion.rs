@@ -6,13 +6,12 @@ mod common;
 use std::net::SocketAddr;
 
 use common::{collect_until, Netns, Observer};
-use observer::probes::AttachMode;
 
 const EADDRNOTAVAIL: u32 = 99;
 
 /// A range of 10 ports, held connections, 16 attempts: 10 connect, 6 fail.
 fn exhaust(server: &str) {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "40000 40009");
     let _server = ns.serve(&["--listen", server, "--hold"]);

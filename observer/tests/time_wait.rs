@@ -4,12 +4,11 @@
 mod common;
 
 use common::{collect_until, Netns, Observer};
-use observer::probes::AttachMode;
 
 const CONNECTIONS: u64 = 25;
 
 fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
-    let mut obs = Observer::start(AttachMode::Auto);
+    let mut obs = Observer::start();
     let ns = Netns::new();
     let server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", close_first]);
     let count = CONNECTIONS.to_string();
@@ -18,14 +17,19 @@ fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
     // Ground truth: the kernel's own time-wait sockets in this namespace
     // (all are still there: TIME_WAIT lasts 60 s).
     let mut in_time_wait = 0;
-    for _ in 0..50 {
+    for _ in 0..100 {
         in_time_wait = ns.ss_count("time-wait");
         if in_time_wait == CONNECTIONS {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(in_time_wait, CONNECTIONS, "ss state time-wait");
+    assert_eq!(
+        in_time_wait,
+        CONNECTIONS,
+        "ss state time-wait; all sockets in the namespace: {}",
+        ns.ss_all()
+    );
     let server_pid = server.pid();
     collect_until(&mut obs, |o| {
         o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= in_time_wait

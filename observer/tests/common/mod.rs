@@ -69,6 +69,11 @@ impl Netns {
         run(self.command("ss").args(["-Htan", "state", state])).lines().count() as u64
     }
 
+    /// Every TCP socket of the namespace, for failure messages.
+    pub fn ss_all(&self) -> String {
+        run(self.command("ss").args(["-Htan"]))
+    }
+
     /// Start `observer-churn serve ...` here; returns once it listens.
     pub fn serve(&self, args: &[&str]) -> Server {
         let mut child = self
@@ -159,9 +164,20 @@ pub struct Observer {
     drops: Vec<ListenerDrops>,
 }
 
+/// The attach mode of the kernel tests: `auto`, or the one the kernel
+/// matrix (`cargo xtask test --vm`) forces through OBSERVER_TEST_ATTACH_MODE,
+/// so every counting test runs in every mode.
+pub fn test_mode() -> AttachMode {
+    use clap::ValueEnum as _;
+    match std::env::var("OBSERVER_TEST_ATTACH_MODE") {
+        Ok(mode) => AttachMode::from_str(&mode, true).unwrap_or_else(|e| panic!("OBSERVER_TEST_ATTACH_MODE: {e}")),
+        Err(_) => AttachMode::Auto,
+    }
+}
+
 impl Observer {
-    pub fn start(mode: AttachMode) -> Self {
-        let (probes, maps) = Probes::load(mode).unwrap_or_else(|e| panic!("loading probes: {e}"));
+    pub fn start() -> Self {
+        let (probes, maps) = Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {e}"));
         let mut collector = Collector::new(maps, "/proc".into());
         // The first collection sets the listener baseline, as the daemon's does.
         collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();

@@ -5,6 +5,7 @@ mod run;
 mod setup;
 mod test;
 mod toolchain;
+mod vm;
 
 use std::process::ExitCode;
 

@@ -85,11 +85,16 @@ fn link_libllvm(sysroot_lib: &Path, prefix_lib: &Path, major: u32) -> Result<()>
 
 fn have(program: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into()]).any(|d| d.join(program).exists())
+    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into(), "/bin".into()]).any(|d| d.join(program).exists())
 }
 
 fn debian_packages() -> Result<()> {
-    let mut missing: Vec<&str> = PACKAGES.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
+    apt_install(PACKAGES)
+}
+
+/// Install the Debian packages (binary, package) whose binary is missing.
+pub fn apt_install(packages: &[(&str, &str)]) -> Result<()> {
+    let mut missing: Vec<&str> = packages.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
     missing.dedup();
     if missing.is_empty() {
         return Ok(());
@@ -99,7 +104,24 @@ fn debian_packages() -> Result<()> {
         bail!("missing {}: install them with your package manager", missing.join(", "));
     }
     run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing))
+    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// Install the Debian packages that are not installed yet.
+pub fn apt_install_packages(packages: &[&str]) -> Result<()> {
+    let installed = |pkg: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", pkg])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("setup: installing {}", missing.join(" "));
+    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// The classic tracepoints need tracefs; Debian does not mount it at boot.

@@ -6,10 +6,15 @@ use std::process::Command;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::{run_cmd, setup, workspace_root};
+use crate::{build, run_cmd, setup, vm, workspace_root};
 
 #[derive(Args)]
 pub struct Options {
+    /// Also run the kernel matrix: the kernel tests inside VMs of stock
+    /// Debian kernels (6.1, 6.12), once per attach mode (fentry, kprobe,
+    /// tracepoint). Slow: software emulation.
+    #[arg(long)]
+    pub vm: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -20,12 +25,39 @@ pub fn run(opts: &Options) -> Result<()> {
         bail!("the kernel tests load eBPF programs and create network namespaces: run `cargo xtask test` as root");
     }
     let nightly = setup::run()?;
-    run_cmd(
+    let host = run_cmd(
         Command::new("cargo")
             .current_dir(workspace_root())
             // The eBPF crate only builds for the bpf target (via observer/build.rs).
             .args(["test", "--workspace", "--exclude", "observer-ebpf", "--no-fail-fast"])
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name),
-    )
+    );
+    if !opts.vm {
+        return host;
+    }
+    let matrix = matrix(&nightly.name);
+    host.and(matrix)
+}
+
+/// Run the kernel tests on every kernel of the matrix; print the report and
+/// keep it in target/vm/report.txt.
+fn matrix(nightly: &str) -> Result<()> {
+    let kernels = vm::setup()?;
+    let bins = vm::test_binaries(nightly)?;
+    let observer = build::run(&build::Options { release: false })?;
+    let mut report = String::new();
+    let mut all_ok = true;
+    for kernel in &kernels {
+        let (summary, ok) = vm::run_kernel(kernel, &bins, &observer)?;
+        print!("{summary}");
+        report.push_str(&summary);
+        all_ok &= ok;
+    }
+    std::fs::write(workspace_root().join("target/vm/report.txt"), &report)?;
+    if !all_ok {
+        bail!("the kernel matrix failed (consoles in target/vm/console-*.log)");
+    }
+    println!("kernel matrix: all kernels and modes passed");
+    Ok(())
 }

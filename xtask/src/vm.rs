@@ -1,0 +1,206 @@
+//! The kernel matrix: boot stock distribution kernels under virtme-ng and
+//! run the kernel tests inside, once per attach mode, so the preferred
+//! modes (fentry/fexit, kprobes), which our CI host kernel refuses, are
+//! tested too. Everything is fetched once and cached under target/.
+//!
+//! The guest sees the host's filesystem (9p), so the test binaries built
+//! here run there unchanged; only the kernel differs.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{run_cmd, setup, workspace_root};
+
+/// virtme-ng version (PyPI), pinned.
+const VIRTME_NG: &str = "1.42";
+
+/// Kernel series of the matrix: Debian's stock kernels, newest build of
+/// each series in the archive (cached once fetched).
+const SERIES: &[(&str, &str, &str)] = &[
+    // (name, package prefix, package suffix)
+    ("6.1", "linux-image-6.1.0-", "-amd64-unsigned"),
+    ("6.12", "linux-image-6.12.", "+deb12-amd64-unsigned"),
+];
+
+/// Modes each kernel runs the suite in.
+pub const MODES: &[&str] = &["fentry", "kprobe", "tracepoint"];
+
+fn vm_dir() -> PathBuf {
+    workspace_root().join("target/vm")
+}
+
+pub struct Kernel {
+    pub series: &'static str,
+    pub version: String,
+    pub vmlinuz: PathBuf,
+}
+
+/// Install qemu, virtme-ng and the kernels; idempotent.
+pub fn setup() -> Result<Vec<Kernel>> {
+    // virtme-ng needs a statically linked busybox for its initramfs.
+    setup::apt_install_packages(&["qemu-system-x86", "kmod", "busybox-static"])?;
+    let venv = setup::tools_dir().join("vm-venv");
+    let vng_ok = Command::new(venv.join("bin/vng")).arg("--version").output().is_ok_and(|o| {
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains(VIRTME_NG)
+    });
+    if !vng_ok {
+        println!("vm: installing virtme-ng {VIRTME_NG} into {}", venv.display());
+        run_cmd(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run_cmd(Command::new(venv.join("bin/pip")).args(["install", "-q", &format!("virtme-ng=={VIRTME_NG}")]))
+            .context("pip install virtme-ng failed (no network to PyPI?)")?;
+    }
+    SERIES.iter().map(|s| fetch_kernel(s)).collect()
+}
+
+fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Result<Kernel> {
+    let dir = vm_dir();
+    fs::create_dir_all(&dir)?;
+    // Reuse a kernel fetched before, so runs are cached and repeatable.
+    let cached = fs::read_dir(&dir)?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .find(|n| n.starts_with(&format!("kernel-{series}-")));
+    let version = match cached {
+        Some(name) => name.trim_start_matches(&format!("kernel-{series}-")).to_string(),
+        None => {
+            let package = newest_package(prefix, suffix)?;
+            println!("vm: fetching {package}");
+            run_cmd(Command::new("apt-get").current_dir(&dir).args(["download", "-q", &package]))?;
+            let deb = fs::read_dir(&dir)?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{package}_"))))
+                .context("downloaded .deb not found")?;
+            let tmp = dir.join(format!("extract-{series}"));
+            let _ = fs::remove_dir_all(&tmp);
+            run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(&tmp))?;
+            let version = fs::read_dir(tmp.join("lib/modules"))?
+                .flatten()
+                .next()
+                .context("no modules in the kernel package")?
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            fs::rename(&tmp, dir.join(format!("kernel-{series}-{version}")))?;
+            let _ = fs::remove_file(&deb);
+            version
+        }
+    };
+    let root = dir.join(format!("kernel-{series}-{version}"));
+    // virtme-ng boots over the host's filesystem and loads modules (9p,
+    // virtio) from /lib/modules/<version> there.
+    let modules = Path::new("/lib/modules").join(&version);
+    if !modules.exists() {
+        fs::create_dir_all("/lib/modules")?;
+        std::os::unix::fs::symlink(root.join("lib/modules").join(&version), &modules)
+            .with_context(|| format!("cannot link {}", modules.display()))?;
+    }
+    Ok(Kernel { series, vmlinuz: root.join(format!("boot/vmlinuz-{version}")), version })
+}
+
+/// The newest `prefix<N...>suffix` package apt knows.
+fn newest_package(prefix: &str, suffix: &str) -> Result<String> {
+    let out = Command::new("apt-cache").args(["search", "--names-only", &format!("^{}", prefix.replace('.', "\\."))]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut found: Vec<(u32, String)> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|name| {
+            let middle = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+            Some((middle.parse().ok()?, name.to_string()))
+        })
+        .collect();
+    found.sort();
+    match found.pop() {
+        Some((_, name)) => Ok(name),
+        None => bail!("apt knows no {prefix}*{suffix} (run apt-get update?)"),
+    }
+}
+
+/// The integration-test executables of the observer package.
+pub fn test_binaries(nightly: &str) -> Result<Vec<(String, PathBuf)>> {
+    let out = Command::new("cargo")
+        .current_dir(workspace_root())
+        .args(["test", "--package", "observer", "--tests", "--no-run", "--message-format=json"])
+        .env("OBSERVER_NIGHTLY", nightly)
+        .output()?;
+    anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let is_test = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        if let (true, Some(exe)) = (is_test, msg["executable"].as_str()) {
+            bins.push((msg["target"]["name"].as_str().unwrap_or("?").to_string(), PathBuf::from(exe)));
+        }
+    }
+    Ok(bins)
+}
+
+/// Boot `kernel` and run every test binary in every mode; returns the
+/// per-mode summary lines and whether all passed.
+pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) -> Result<(String, bool)> {
+    let script = vm_dir().join(format!("guest-{}.sh", kernel.series));
+    let mut s = String::from("#!/bin/sh\n# Generated by cargo xtask test --vm; runs inside the guest.\nfail=0\n");
+    for mode in MODES {
+        s.push_str(&format!(
+            "echo \"MATRIX mode={mode} kernel=$(uname -r)\"\n\
+             {obs} run --attach-mode {mode} --prometheus-listen 127.0.0.1:0 >/tmp/obs-{mode}.log 2>&1 & p=$!\n\
+             for i in $(seq 300); do grep -q serving /tmp/obs-{mode}.log && break; kill -0 $p 2>/dev/null || break; sleep 1; done\n\
+             kill -INT $p 2>/dev/null; wait $p\n\
+             grep -o 'hook=\"[a-z_]*\" mode=[a-z_]*' /tmp/obs-{mode}.log | sed 's/^/MATRIX attached /'\n\
+             grep -q serving /tmp/obs-{mode}.log || {{ echo \"MATRIX attach-failed mode={mode}\"; tail -3 /tmp/obs-{mode}.log; fail=1; }}\n",
+            obs = observer.display()
+        ));
+        for (name, bin) in bins {
+            s.push_str(&format!(
+                "OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=2 -q >/tmp/t.log 2>&1; rc=$?\n\
+                 echo \"MATRIX test mode={mode} {name} rc=$rc $(grep '^test result' /tmp/t.log | tail -1)\"\n\
+                 [ $rc = 0 ] || {{ fail=1; grep -A 12 -E 'panicked|FAILED' /tmp/t.log | head -40; }}\n",
+                bin = bin.display()
+            ));
+        }
+    }
+    s.push_str("exit $fail\n");
+    fs::write(&script, s)?;
+    run_cmd(Command::new("chmod").arg("+x").arg(&script))?;
+
+    let venv_bin = setup::tools_dir().join("vm-venv/bin");
+    let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
+    println!("vm: booting {} ({}) under virtme-ng, software emulation", kernel.version, kernel.series);
+    let started = Instant::now();
+    let out = Command::new(venv_bin.join("vng"))
+        .env("PATH", path)
+        .current_dir(workspace_root())
+        .arg("--run")
+        .arg(&kernel.vmlinuz)
+        // Nested KVM hangs on these hosts; TCG boots in ~10-40 s.
+        .args(["--disable-kvm", "--force-9p", "--verbose", "--memory", "2G", "--cpus", "2", "--exec"])
+        .arg(&script)
+        .output()?;
+    let console = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    fs::write(vm_dir().join(format!("console-{}.log", kernel.series)), &console)?;
+    let report: Vec<&str> = console
+        .lines()
+        .filter(|l| !l.starts_with('['))
+        .filter(|l| l.starts_with("MATRIX") || l.contains("panicked") || l.contains("left:") || l.contains("right:"))
+        .collect();
+    let exit = console
+        .lines()
+        .find_map(|l| l.split("script exited with code ").nth(1))
+        .and_then(|c| c.trim().parse::<i32>().ok());
+    let ok = out.status.success() && exit.unwrap_or(0) == 0 && report.iter().any(|l| l.starts_with("MATRIX test"));
+    let summary = format!(
+        "== kernel {} ({}), {:.0?}: {}\n{}\n",
+        kernel.version,
+        kernel.series,
+        started.elapsed(),
+        if ok { "PASS" } else { "FAIL" },
+        report.join("\n")
+    );
+    Ok((summary, ok))
+}

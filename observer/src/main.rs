@@ -11,6 +11,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: logs shipped from a pod or a file must
+        // stay greppable.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Run(args) => run(args.into_config()),

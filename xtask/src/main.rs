@@ -1,5 +1,6 @@
 //! cargo xtask: what cargo alone cannot do for observer. One module per
 //! subcommand. `setup` runs implicitly before `build`, `run` and `test`.
+mod bench;
 mod build;
 mod run;
 mod setup;
@@ -30,6 +31,9 @@ enum Command {
     Run(run::Options),
     /// Run every test, the kernel ones included (needs root).
     Test(test::Options),
+    /// Measure overhead and lossless counting against peers; writes
+    /// BENCHMARKS.md and checks the targets.
+    Bench(bench::Options),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Build(opts) => build::run(&opts).map(|_| ()),
         Command::Run(opts) => run::run(&opts),
         Command::Test(opts) => test::run(&opts),
+        Command::Bench(opts) => bench::run(&opts),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

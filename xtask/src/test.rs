@@ -10,11 +10,13 @@ use crate::{build, run_cmd, setup, vm, workspace_root};
 
 #[derive(Args)]
 pub struct Options {
-    /// Also run the kernel matrix: the kernel tests inside VMs of stock
-    /// Debian kernels (6.1, 6.12), once per attach mode (fentry, kprobe,
-    /// tracepoint). Slow: software emulation.
+    /// Skip the kernel matrix (the kernel tests inside VMs of stock Debian
+    /// kernels, in the fentry and kprobe modes); for quick local runs.
+    #[arg(long, conflicts_with = "vm_only")]
+    pub host_only: bool,
+    /// Run only the kernel matrix.
     #[arg(long)]
-    pub vm: bool,
+    pub vm_only: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -25,6 +27,9 @@ pub fn run(opts: &Options) -> Result<()> {
         bail!("the kernel tests load eBPF programs and create network namespaces: run `cargo xtask test` as root");
     }
     let nightly = setup::run()?;
+    if opts.vm_only {
+        return matrix(&nightly.name);
+    }
     let host = run_cmd(
         Command::new("cargo")
             .current_dir(workspace_root())
@@ -33,7 +38,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name),
     );
-    if !opts.vm {
+    if opts.host_only {
         return host;
     }
     let matrix = matrix(&nightly.name);

@@ -65,6 +65,37 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         nonblocking: Option<Duration>,
     },
+    /// Benchmark load: a listener and `threads` client threads in this one
+    /// process, `connections` cycles of connect, accept, client-first close,
+    /// as fast as possible. Prints `cycles=N seconds=S rate=R`.
+    Churn {
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long, default_value_t = 20_000)]
+        connections: u64,
+    },
+    /// Benchmark storm: `attempts` connects as fast as possible that fail:
+    /// `eaddrnotavail` after holding every port of the (narrow) range, or
+    /// `overflow` against a listener that never accepts. Prints what the
+    /// kernel answered, like `connect`.
+    Storm {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long, value_enum)]
+        kind: StormKind,
+        #[arg(long, default_value_t = 20_000)]
+        attempts: u64,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StormKind {
+    /// Hold connections until the port range is exhausted, then keep trying.
+    Eaddrnotavail,
+    /// Non-blocking connects closed at once: each SYN meets a full queue.
+    Overflow,
 }
 
 fn main() {
@@ -74,7 +105,72 @@ fn main() {
             serve(listen, backlog, never_accept, close_first, hold)
         }
         Cmd::Connect { to, count, hold, close_first, nonblocking } => connect(to, count, hold, close_first, nonblocking),
+        Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
+        Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
     }
+}
+
+fn churn(addr: SocketAddr, threads: usize, connections: u64) {
+    let listener = std::sync::Arc::new(listen(addr, 4096));
+    for _ in 0..threads {
+        let listener = listener.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                // Wait for the client's FIN: the client closes first.
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            }
+        });
+    }
+    let started = std::time::Instant::now();
+    let per_thread = connections / threads as u64;
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut failed = 0u64;
+                for _ in 0..per_thread {
+                    match TcpStream::connect(addr) {
+                        Ok(stream) => drop(stream),
+                        Err(_) => failed += 1,
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let failed: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let seconds = started.elapsed().as_secs_f64();
+    let cycles = per_thread * threads as u64;
+    println!("cycles={cycles} failed={failed} seconds={seconds:.3} rate={:.0}", cycles as f64 / seconds);
+}
+
+fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
+    let mut held = Vec::new();
+    if kind == StormKind::Eaddrnotavail {
+        while let Ok(s) = TcpStream::connect(to) {
+            held.push(s);
+        }
+    }
+    let mut connected = 0u64;
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let started = std::time::Instant::now();
+    for _ in 0..attempts {
+        let result = match kind {
+            StormKind::Eaddrnotavail => TcpStream::connect(to),
+            StormKind::Overflow => connect_nonblocking(to, Duration::ZERO),
+        };
+        match result {
+            Ok(_) => connected += 1,
+            Err(e) => {
+                let name = e.raw_os_error().map(errno_name).unwrap_or_else(|| format!("{:?}", e.kind()));
+                *errors.entry(name).or_default() += 1;
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!("connected={connected} held={} errors={} seconds={seconds:.3}", held.len(), errors.join(","));
 }
 
 fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool) {

@@ -119,8 +119,7 @@ pub struct InflightConnect {
 pub struct Config {
     /// 1: no `tcp_connect` hook attached; count connects at connect() exit.
     pub connects_from_syscall: u32,
-    /// 1: no `tcp_time_wait` hook attached; count FIN_WAIT2/CLOSING -> CLOSE.
-    pub time_wait_from_state: u32,
+    pub _pad: u32,
 }
 
 /// Indexes of the `LOST` per-CPU array: updates the kernel side could not

@@ -4,18 +4,15 @@
 //!   port can be found, see connect.rs);
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the asynchronous outcome of a connect;
 //! - -> LISTEN: record the listener's owner for userspace;
-//! - FIN_WAIT2/CLOSING -> CLOSE with no error: a TIME_WAIT entry, when the
-//!   `tcp_time_wait` hook is not attached (a reset sets `sk_err`, and a reset
-//!   socket does not go to TIME_WAIT);
 //! - -> CLOSE: forget the socket's owner.
+//! (The TIME_WAIT fallback is its own program, see time_wait.rs.)
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{tcp_state::*, ListenerKey};
 
 use crate::{
     connect::count_error,
     kernel::{current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol, IPPROTO_TCP},
-    maps::{config, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS},
-    time_wait::count_time_wait,
+    maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
@@ -35,11 +32,6 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         }
         (SYN_SENT, _) => syn_sent_ended(sk, new),
         (_, LISTEN) => record_listener(sk),
-        (FIN_WAIT2 | CLOSING, CLOSE) => {
-            if config().time_wait_from_state == 1 && sock_err(sk) == 0 {
-                count_time_wait(sk);
-            }
-        }
         _ => {}
     }
     if new == CLOSE {

@@ -182,6 +182,15 @@ fn bpf_run_seconds() -> f64 {
     v.as_array().map(|a| a.iter().filter_map(|p| p["run_time_ns"].as_u64()).sum::<u64>()).unwrap_or(0) as f64 / 1e9
 }
 
+/// Program runs the kernel skipped because the same program was already
+/// running on that CPU (an interrupt nested into it), over all programs.
+fn bpf_recursion_misses() -> u64 {
+    let out = Command::new("bpftool").args(["prog", "show", "-j"]).output();
+    let Ok(out) = out else { return 0 };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array().map(|a| a.iter().filter_map(|p| p["recursion_misses"].as_u64()).sum()).unwrap_or(0)
+}
+
 fn bpf_map_bytes() -> u64 {
     let out = Command::new("bpftool").args(["map", "show", "-j"]).output();
     let Ok(out) = out else { return 0 };
@@ -203,6 +212,7 @@ struct Run {
     cycles: u64,
     tracer_cpu: f64,
     bpf_cpu: f64,
+    misses: u64,
     lossless: Option<String>,
     rss_kib: u64,
     map_bytes: u64,
@@ -213,6 +223,7 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
     ns.sysctl("net.ipv4.ip_local_port_range=1024 65535")?;
     let running = start(tracer, observer, "1s")?;
     let (cpu0, bpf0) = (running.as_ref().map_or(0.0, |r| cpu_seconds(r.child.id())), bpf_run_seconds());
+    let misses0 = bpf_recursion_misses();
     let child = ns
         .exec(churn.to_str().context("path")?)
         .args(["churn", "--threads", &opts.threads.to_string(), "--connections", &opts.connections.to_string()])
@@ -224,7 +235,8 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
     let rate: f64 = field(&text, "rate").and_then(|r| r.parse().ok()).with_context(|| format!("churn said: {text}"))?;
     let cycles: u64 = field(&text, "cycles").and_then(|r| r.parse().ok()).unwrap_or(0);
     let bpf_cpu = bpf_run_seconds() - bpf0;
-    let mut run = Run { rate, cycles, tracer_cpu: 0.0, bpf_cpu, lossless: None, rss_kib: 0, map_bytes: 0 };
+    let misses = bpf_recursion_misses() - misses0;
+    let mut run = Run { rate, cycles, tracer_cpu: 0.0, bpf_cpu, misses, lossless: None, rss_kib: 0, map_bytes: 0 };
     if let Some(r) = &running {
         if let Some(port) = r.metrics_port {
             run.map_bytes = bpf_map_bytes();
@@ -263,6 +275,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); tracers.len() + 1];
     let mut cpu_per_m: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
+    let mut misses = vec![0u64; tracers.len()];
     let mut failures: Vec<String> = Vec::new();
     let mut lossless = Vec::new();
     let (mut rss, mut maps) = (0u64, 0u64);
@@ -277,6 +290,7 @@ pub fn run(opts: &Options) -> Result<()> {
                     ratios[i].push(run.rate / base.rate);
                     rates[i + 1].push(run.rate);
                     cpu_per_m[i].push((run.tracer_cpu + run.bpf_cpu) / run.cycles.max(1) as f64 * 1e6);
+                    misses[i] += run.misses;
                     if let Some(l) = run.lossless {
                         lossless.push(l);
                     }
@@ -297,19 +311,26 @@ pub fn run(opts: &Options) -> Result<()> {
     writeln!(md, "Made by `cargo xtask bench` (rounds {}, {} connections per run, {} threads).\n", opts.rounds, opts.connections, opts.threads)?;
     writeln!(md, "Machine: {} cores, {}; kernel {}.\n", num_cpus(), cpu_model(), uname())?;
     writeln!(md, "Load: `observer-churn churn` in its own network namespace (port range 1024-65535): connect, accept, client-first close, as fast as possible. Each tracer run is paired with a baseline run right before it (A/B); the ratio is tracer/baseline of each pair. CPU is the tracer's own process time plus the run time of all BPF programs (kernel.bpf_stats_enabled), per million connection cycles (each cycle is ~10 state changes and 4 syscalls traced).\n")?;
-    writeln!(md, "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles |")?;
-    writeln!(md, "|---|---|---|---|---|")?;
-    writeln!(md, "| {} | {:.0} | 1.000 | - | 0 |", Tracer::Baseline.name(), median(rates[0].clone()))?;
+    writeln!(md, "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles | program runs skipped by the kernel (nested), all runs |")?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    writeln!(md, "| {} | {:.0} | 1.000 | - | 0 | - |", Tracer::Baseline.name(), median(rates[0].clone()))?;
     let mut observer_ratio = f64::NAN;
     let mut peer_best = 0.0f64;
     for (i, tracer) in tracers.iter().enumerate() {
         if ratios[i].is_empty() {
-            writeln!(md, "| {} | failed | - | - | - |", tracer.name())?;
+            writeln!(md, "| {} | failed | - | - | - | - |", tracer.name())?;
             continue;
         }
         let r = median(ratios[i].clone());
         let (lo, hi) = ratios[i].iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        writeln!(md, "| {} | {:.0} | {r:.3} | {lo:.3}-{hi:.3} | {:.3} s |", tracer.name(), median(rates[i + 1].clone()), median(cpu_per_m[i].clone()))?;
+        writeln!(
+            md,
+            "| {} | {:.0} | {r:.3} | {lo:.3}-{hi:.3} | {:.3} s | {} |",
+            tracer.name(),
+            median(rates[i + 1].clone()),
+            median(cpu_per_m[i].clone()),
+            misses[i]
+        )?;
         if *tracer == Tracer::Observer {
             observer_ratio = r;
         } else {

@@ -147,30 +147,40 @@ fn churn(addr: SocketAddr, threads: usize, connections: u64) {
 
 fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
     let mut held = Vec::new();
-    if kind == StormKind::Eaddrnotavail {
-        while let Ok(s) = TcpStream::connect(to) {
-            held.push(s);
-        }
-    }
     let mut connected = 0u64;
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut record = |result: std::io::Result<TcpStream>, held: &mut Vec<TcpStream>| match result {
+        Ok(s) => {
+            held.push(s);
+            true
+        }
+        Err(e) => {
+            let name = e.raw_os_error().map(errno_name).unwrap_or_else(|| format!("{:?}", e.kind()));
+            *errors.entry(name).or_default() += 1;
+            false
+        }
+    };
+    if kind == StormKind::Eaddrnotavail {
+        // Hold connections until the range is exhausted; the failure that
+        // ends this phase is a failure like the ones after it.
+        while record(TcpStream::connect(to), &mut held) {}
+    }
+    let holding = held.len();
     let started = std::time::Instant::now();
     for _ in 0..attempts {
         let result = match kind {
             StormKind::Eaddrnotavail => TcpStream::connect(to),
             StormKind::Overflow => connect_nonblocking(to, Duration::ZERO),
         };
-        match result {
-            Ok(_) => connected += 1,
-            Err(e) => {
-                let name = e.raw_os_error().map(errno_name).unwrap_or_else(|| format!("{:?}", e.kind()));
-                *errors.entry(name).or_default() += 1;
-            }
+        if record(result, &mut held) {
+            connected += 1;
+            held.pop(); // storm connections are closed at once
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    drop(record);
     let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-    println!("connected={connected} held={} errors={} seconds={seconds:.3}", held.len(), errors.join(","));
+    println!("connected={connected} held={holding} errors={} seconds={seconds:.3}", errors.join(","));
 }
 
 fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool) {

@@ -54,7 +54,6 @@ pub struct Attachment {
 #[derive(Clone, Copy, Debug)]
 enum Flag {
     ConnectsFromSyscall,
-    TimeWaitFromState,
 }
 
 /// One way to attach a hook.
@@ -133,11 +132,9 @@ pub static HOOKS: &[Hook] = &[
         ways: &[
             Way::Fentry { prog: "tcp_time_wait_fentry", function: "tcp_time_wait" },
             Way::Kprobe { prog: "tcp_time_wait_kprobe", function: "tcp_time_wait" },
-            Way::SharedTracepoint {
-                flag: Flag::TimeWaitFromState,
-                mode: Mode::BtfTracepoint,
-                via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error",
-            },
+            // Attached before `sock_state` (an ALWAYS hook), so it reads the
+            // socket's owner before that program forgets it at CLOSE.
+            Way::BtfTracepoint { prog: "time_wait_state", event: "inet_sock_set_state" },
         ],
     },
 ];
@@ -167,7 +164,6 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
         if let Way::SharedTracepoint { flag, .. } = way {
             match flag {
                 Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
-                Flag::TimeWaitFromState => config.time_wait_from_state = 1,
             }
         }
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target });

@@ -111,15 +111,19 @@ fn main() {
 }
 
 fn churn(addr: SocketAddr, threads: usize, connections: u64) {
-    let listener = std::sync::Arc::new(listen(addr, 4096));
+    use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+    let listener = Arc::new(listen(addr, 4096));
+    let served = Arc::new(AtomicU64::new(0));
     for _ in 0..threads {
-        let listener = listener.clone();
+        let (listener, served) = (listener.clone(), served.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 // Wait for the client's FIN: the client closes first.
                 while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+                drop(stream);
+                served.fetch_add(1, Ordering::Relaxed);
             }
         });
     }
@@ -142,6 +146,13 @@ fn churn(addr: SocketAddr, threads: usize, connections: u64) {
     let failed: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     let seconds = started.elapsed().as_secs_f64();
     let cycles = per_thread * threads as u64;
+    // Exit only once every accepted connection was closed by the server:
+    // exiting earlier would reset the ones still queued, and they would
+    // never reach TIME_WAIT (the kernel's truth would then differ from ours).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while served.load(Ordering::Relaxed) < cycles - failed && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     println!("cycles={cycles} failed={failed} seconds={seconds:.3} rate={:.0}", cycles as f64 / seconds);
 }
 

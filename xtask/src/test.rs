@@ -15,7 +15,7 @@ pub struct Options {
     #[arg(long, conflicts_with = "vm_only")]
     pub host_only: bool,
     /// Run only the kernel matrix.
-    #[arg(long)]
+    #[arg(long, visible_alias = "vm")]
     pub vm_only: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]

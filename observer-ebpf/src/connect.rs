@@ -24,6 +24,10 @@ const EINPROGRESS: i64 = 115;
 const EALREADY: i64 = 114;
 const EISCONN: i64 = 106;
 const EINTR: i64 = 4;
+/// ERESTARTSYS..ERESTART_RESTARTBLOCK: kernel-internal codes a signal left
+/// in the syscall's return; userspace sees EINTR or a restart, the
+/// connection itself goes on.
+const ERESTART: core::ops::RangeInclusive<i64> = 512..=516;
 
 // Offsets in the syscalls/sys_{enter,exit}_connect records (stable ABI:
 // 8 bytes of common fields, the syscall number, then the 8-byte arguments).
@@ -125,25 +129,29 @@ fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
         0 | EISCONN => {
             let _ = INFLIGHT_CONNECTS.remove(&sk);
         }
-        // Still connecting, unless SYN_SENT already ended while the syscall
-        // ran (then its outcome is known now); otherwise the outcome comes
-        // when SYN_SENT ends (state.rs).
-        EINPROGRESS | EALREADY | EINTR => {
-            if entry.resolved == 1 {
-                if entry.async_errno != 0 {
-                    count_error(entry, entry.async_errno);
-                }
-                let _ = INFLIGHT_CONNECTS.remove(&sk);
-            } else {
-                entry.in_syscall = 0;
-            }
-        }
+        EINPROGRESS | EALREADY | EINTR => pending(entry, sk),
+        errno if ERESTART.contains(&errno) => pending(entry, sk),
         errno => {
             count_error(entry, errno as u32);
             let _ = INFLIGHT_CONNECTS.remove(&sk);
         }
     }
     Ok(())
+}
+
+/// connect() returned while the connection may still be going on: unless
+/// SYN_SENT already ended while the syscall ran (then the outcome is known
+/// now), it is counted when SYN_SENT ends (state.rs).
+#[inline(always)]
+fn pending(entry: &mut InflightConnect, sk: u64) {
+    if entry.resolved == 1 {
+        if entry.async_errno != 0 {
+            count_error(entry, entry.async_errno);
+        }
+        let _ = INFLIGHT_CONNECTS.remove(&sk);
+    } else {
+        entry.in_syscall = 0;
+    }
 }
 
 #[inline(always)]

@@ -21,6 +21,13 @@ fn two_clients_get_separate_counts_and_accepts_go_to_the_server() {
     let active = ns.nstat("TcpActiveOpens") - active_before;
     let passive = ns.nstat("TcpPassiveOpens") - passive_before;
     assert_eq!((active, passive), (12, 12), "kernel counters");
+    // The handshakes are done; wait until the server has accept()ed them
+    // all (its accept queue is empty), which may lag on a slow machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ns.accept_queue(7100) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(ns.accept_queue(7100), 0, "the server accepted every connection");
 
     collect_until(&mut obs, |o| o.process(server.pid()).accepts >= passive);
     assert_eq!(obs.process(a.pid).connects, 5);

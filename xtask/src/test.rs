@@ -60,9 +60,38 @@ fn matrix(nightly: &str) -> Result<()> {
         all_ok &= ok;
     }
     std::fs::write(workspace_root().join("target/vm/report.txt"), &report)?;
+    let (passed, failed) = count_results(&report);
+    println!("matrix: {passed} passed, {failed} failed");
     if !all_ok {
         bail!("the kernel matrix failed (consoles in target/vm/console-*.log)");
     }
-    println!("kernel matrix: all kernels and modes passed");
     Ok(())
+}
+
+/// Sum the `test result: ... N passed; M failed` of every guest run.
+fn count_results(report: &str) -> (u64, u64) {
+    let number_before = |line: &str, word: &str| -> u64 {
+        line.split(word).next().and_then(|s| s.split_whitespace().last()).and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    report.lines().filter(|l| l.starts_with("MATRIX test")).fold((0, 0), |(p, f), l| {
+        if l.contains("test result") {
+            (p + number_before(l, " passed;"), f + number_before(l, " failed;"))
+        } else {
+            (p, f + 1) // the binary died before reporting
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_results;
+
+    #[test]
+    fn sums_guest_results() {
+        let report = "MATRIX test mode=fentry a rc=0 test result: ok. 2 passed; 0 failed; 0 ignored\n\
+                      MATRIX test mode=kprobe b rc=101 test result: FAILED. 3 passed; 1 failed; 0 ignored\n\
+                      MATRIX test mode=kprobe c rc=139 \n\
+                      MATRIX attached hook=\"x\" mode=fentry";
+        assert_eq!(count_results(report), (5, 2));
+    }
 }

@@ -69,6 +69,13 @@ impl Netns {
         run(self.command("ss").args(["-Htan", "state", state])).lines().count() as u64
     }
 
+    /// Connections waiting in the accept queue of the listener on `port`
+    /// (`ss -lnt` Recv-Q).
+    pub fn accept_queue(&self, port: u16) -> u64 {
+        let out = run(self.command("ss").args(["-Hltn", &format!("sport = :{port}")]));
+        out.split_whitespace().nth(1).and_then(|q| q.parse().ok()).unwrap_or_else(|| panic!("no listener on {port}: {out}"))
+    }
+
     /// Every TCP socket of the namespace, for failure messages.
     pub fn ss_all(&self) -> String {
         run(self.command("ss").args(["-Htan"]))
@@ -237,10 +244,11 @@ impl Observer {
     }
 }
 
-/// Collect until `done` holds or 10 s pass (kernel events on loopback land
-/// within milliseconds; the deadline only bounds a failing test).
+/// Collect until `done` holds or 30 s pass (kernel events on loopback land
+/// within milliseconds; the deadline only bounds a failing test, and is
+/// generous for the software-emulated VMs of the kernel matrix).
 pub fn collect_until(obs: &mut Observer, mut done: impl FnMut(&Observer) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         obs.collect();
         if done(obs) || Instant::now() > deadline {

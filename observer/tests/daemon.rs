@@ -94,6 +94,10 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     };
     assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &errors_labels), Some(3), "{body}");
     assert_eq!(sample(&body, "observer_tcp_connects_total", &[pid.as_str()]), Some(6), "{body}");
+    assert_eq!(
+        sample(&body, "observer_map_capacity", &["map=\"PROC_COUNTERS\""]),
+        Some(observer_common::capacity::PROC_COUNTERS as u64)
+    );
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
         assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
     }

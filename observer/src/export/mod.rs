@@ -182,18 +182,25 @@ fn register(meter: &Meter, state: Shared) {
         })
         .build();
 
-    let st = state;
-    meter
-        .u64_observable_gauge("observer.map.entries")
-        .with_description("Entries in each counter map, next to its capacity (observer.map.capacity)")
-        .with_unit("{entry}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
-            for (map, entries, _) in &st.map_fill {
-                obs.observe(*entries, &[KeyValue::new("map", *map)]);
-            }
-        })
-        .build();
+    type FillPick = fn(&(&'static str, u64, u64)) -> u64;
+    let fill: [(&str, &str, FillPick); 2] = [
+        ("observer.map.entries", "Entries in each counter map now (see observer.map.capacity)", |f| f.1),
+        ("observer.map.capacity", "Maximum entries of each counter map", |f| f.2),
+    ];
+    for (name, description, pick) in fill {
+        let st = state.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{entry}")
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                for f in &st.map_fill {
+                    obs.observe(pick(f), &[KeyValue::new("map", f.0)]);
+                }
+            })
+            .build();
+    }
 }
 
 #[cfg(test)]

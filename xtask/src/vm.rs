@@ -171,7 +171,10 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
             "echo \"MATRIX mode={mode} kernel=$(uname -r)\"\n\
              {obs} run --attach-mode {mode} --prometheus-listen 127.0.0.1:0 >$out/observer-{mode}.log 2>&1 & p=$!\n\
              for i in $(seq 300); do grep -q serving $out/observer-{mode}.log && break; kill -0 $p 2>/dev/null || break; sleep 1; done\n\
-             kill -INT $p 2>/dev/null; wait $p\n\
+             kill -INT $p 2>/dev/null\n\
+             for i in $(seq 30); do kill -0 $p 2>/dev/null || break; sleep 1; done\n\
+             kill -0 $p 2>/dev/null && {{ echo \"MATRIX shutdown-slow mode={mode}: observer still running 30 s after SIGINT\"; kill -9 $p; }}\n\
+             wait $p\n\
              grep ' attached ' $out/observer-{mode}.log | grep -o 'hook=\"[a-z_]*\" mode=[a-z_]*' | sed 's/^/MATRIX attached /'\n\
              grep -q serving $out/observer-{mode}.log || {{ echo \"MATRIX attach-failed mode={mode}\"; tail -3 $out/observer-{mode}.log; fail=1; }}\n",
             obs = observer.display()
@@ -193,7 +196,10 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
     let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
     println!("vm: booting {} ({}) under virtme-ng, software emulation", kernel.version, kernel.series);
     let started = Instant::now();
-    let out = Command::new(venv_bin.join("vng"))
+    // A guest that hangs must fail the run, not block it: bound it.
+    let out = Command::new("timeout")
+        .args(["--kill-after=30", "1500"])
+        .arg(venv_bin.join("vng"))
         .stdin(std::process::Stdio::null())
         .env("PATH", path)
         .current_dir(workspace_root())

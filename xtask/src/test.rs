@@ -10,12 +10,14 @@ use crate::{build, run_cmd, setup, vm, workspace_root};
 
 #[derive(Args)]
 pub struct Options {
-    /// Skip the kernel matrix (the kernel tests inside VMs of stock Debian
-    /// kernels, in the fentry and kprobe modes); for quick local runs.
+    /// Also run the kernel matrix: the kernel tests inside VMs of stock
+    /// Debian kernels (6.1, 6.12) in the fentry and kprobe modes. Not in
+    /// the default run yet: under software emulation the preferred modes
+    /// occasionally lose an event (see README), which would make CI flaky.
     #[arg(long, conflicts_with = "vm_only")]
-    pub host_only: bool,
+    pub vm: bool,
     /// Run only the kernel matrix.
-    #[arg(long, visible_alias = "vm")]
+    #[arg(long)]
     pub vm_only: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]
@@ -38,7 +40,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name),
     );
-    if opts.host_only {
+    if !opts.vm {
         return host;
     }
     let matrix = matrix(&nightly.name);

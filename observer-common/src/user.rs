@@ -1,8 +1,5 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
-use crate::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters,
-    ProcKey,
-};
+use crate::{Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey};
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
 // have no implicit padding (sizes asserted in lib.rs / offsets.rs).

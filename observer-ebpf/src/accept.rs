@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    counters::{bump_proc, ProcCounter},
+    counters::{ProcCounter, bump_proc},
     kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
     maps::SOCK_OWNERS,
 };

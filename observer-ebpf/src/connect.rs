@@ -11,12 +11,12 @@ use aya_ebpf::{
     macros::{fentry, kprobe, tracepoint},
     programs::{FEntryContext, ProbeContext, TracePointContext},
 };
-use observer_common::{lost, ConnectErrorKey, InflightConnect, AF_INET, AF_INET6};
+use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, lost};
 
 use crate::{
-    counters::{bump_connect_error, bump_proc, count_lost, ProcCounter},
+    counters::{ProcCounter, bump_connect_error, bump_proc, count_lost},
     kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
-    maps::{config, INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS},
+    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
 };
 
 const EADDRNOTAVAIL: i64 = 99;

@@ -5,7 +5,7 @@
 //! other CPU ever touches this copy). The bpf target offers no atomic
 //! read-modify-write through `core::sync::atomic`, hence the one line of asm:
 //! BPF_ATOMIC | BPF_ADD, which every kernel we support has.
-use observer_common::{lost, Actor, ConnectErrorKey, ProcCounters, ProcKey};
+use observer_common::{Actor, ConnectErrorKey, ProcCounters, ProcKey, lost};
 
 use crate::maps::{CONNECT_ERRORS, LOST, PROC_COUNTERS};
 

@@ -3,10 +3,10 @@
 //! `bpf_probe_read_kernel`, which is allowed in every program type we use and
 //! turns a bad pointer into an error instead of a fault.
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+    bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
 };
-use observer_common::{Actor, AF_INET, AF_INET6, TASK_COMM_LEN};
+use observer_common::{AF_INET, AF_INET6, Actor, TASK_COMM_LEN};
 
 use crate::maps::offsets;
 
@@ -28,10 +28,7 @@ pub fn current_actor() -> Actor {
     let task = unsafe { bpf_get_current_task() };
     let leader: u64 = unsafe { read_at(task, off.task_group_leader) }.unwrap_or(0);
     let read = leader != 0
-        && unsafe {
-            bpf_probe_read_kernel_buf((leader + off.task_comm as u64) as *const u8, &mut comm)
-        }
-        .is_ok();
+        && unsafe { bpf_probe_read_kernel_buf((leader + off.task_comm as u64) as *const u8, &mut comm) }.is_ok();
     if !read {
         comm = bpf_get_current_comm().unwrap_or_default();
     }

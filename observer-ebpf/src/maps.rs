@@ -6,8 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use observer_common::{
-    capacity, lost, Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey,
-    ProcCounters, ProcKey,
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey, capacity, lost,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -63,14 +62,12 @@ pub static CONNECT_ERRORS: PerCpuHashMap<ConnectErrorKey, u64> =
 /// Who owns a socket (key: `struct sock *`), recorded in process context
 /// (connect, accept, listen) so softirq-time events can be attributed.
 #[map]
-pub static SOCK_OWNERS: LruHashMap<u64, Actor> =
-    LruHashMap::with_max_entries(capacity::SOCK_OWNERS, 0);
+pub static SOCK_OWNERS: LruHashMap<u64, Actor> = LruHashMap::with_max_entries(capacity::SOCK_OWNERS, 0);
 
 /// Owner of each listening socket, looked up by userspace when it charges
 /// the listener's drop counter (read through sock_diag) to a process.
 #[map]
-pub static LISTENERS: LruHashMap<ListenerKey, Actor> =
-    LruHashMap::with_max_entries(capacity::LISTENERS, 0);
+pub static LISTENERS: LruHashMap<ListenerKey, Actor> = LruHashMap::with_max_entries(capacity::LISTENERS, 0);
 
 /// connect() calls in progress, keyed by `struct sock *`.
 #[map]
@@ -80,8 +77,7 @@ pub static INFLIGHT_CONNECTS: LruHashMap<u64, InflightConnect> =
 /// The socket each thread is connecting (key: pid_tgid), so connect()'s
 /// exit finds its in-flight entry.
 #[map]
-pub static THREAD_CONNECTS: LruHashMap<u64, u64> =
-    LruHashMap::with_max_entries(capacity::THREAD_CONNECTS, 0);
+pub static THREAD_CONNECTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(capacity::THREAD_CONNECTS, 0);
 
 /// Processes that exited (tgid -> 1); userspace retires their series after
 /// a grace period and deletes their counters.

@@ -7,11 +7,11 @@
 //! - -> CLOSE: forget the socket's owner.
 //! (The TIME_WAIT fallback is its own program, see time_wait.rs.)
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use observer_common::{tcp_state::*, ListenerKey};
+use observer_common::{ListenerKey, tcp_state::*};
 
 use crate::{
     connect::count_error,
-    kernel::{current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol, IPPROTO_TCP},
+    kernel::{IPPROTO_TCP, current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol},
     maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS},
 };
 

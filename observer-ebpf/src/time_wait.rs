@@ -4,11 +4,11 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, kprobe},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext},
 };
-use observer_common::{tcp_state::*, Actor};
+use observer_common::{Actor, tcp_state::*};
 
 use crate::{
-    counters::{bump_proc, ProcCounter},
-    kernel::{sock_err, sock_family, sock_protocol, IPPROTO_TCP},
+    counters::{ProcCounter, bump_proc},
+    kernel::{IPPROTO_TCP, sock_err, sock_family, sock_protocol},
     maps::SOCK_OWNERS,
 };
 

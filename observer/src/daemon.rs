@@ -5,7 +5,7 @@ use std::{
     future::Future,
     net::SocketAddr,
     path::PathBuf,
-    sync::{mpsc, Arc, Mutex},
+    sync::{Arc, Mutex, mpsc},
     time::{Duration, Instant},
 };
 
@@ -13,10 +13,10 @@ use observer_common::{capacity, lost};
 use tracing::{info, warn};
 
 use crate::{
-    collect::{sock_diag, Collector},
+    collect::{Collector, sock_diag},
     error::Error,
-    export::{self, http, Limits, Metrics, SeriesStore, Shared},
-    probes::{hooks::Mode, Attachment, AttachMode, Probes},
+    export::{self, Limits, Metrics, SeriesStore, Shared, http},
+    probes::{AttachMode, Attachment, Probes, hooks::Mode},
 };
 
 #[derive(Clone, Debug)]
@@ -124,7 +124,11 @@ fn collect_loop(
 /// claiming the hook is attached.
 fn check_sock_diag() -> Result<Attachment, Error> {
     match sock_diag::dump_listeners(0) {
-        Ok(_) => Ok(Attachment { hook: "listen_overflow", mode: Mode::SockDiag, target: "NETLINK_SOCK_DIAG sk_drops".into() }),
+        Ok(_) => Ok(Attachment {
+            hook: "listen_overflow",
+            mode: Mode::SockDiag,
+            target: "NETLINK_SOCK_DIAG sk_drops".into(),
+        }),
         Err(e) => Err(Error::Attach { hook: "listen_overflow", tried: format!("sock_diag: {e}") }),
     }
 }

@@ -37,7 +37,9 @@ pub enum Error {
     #[error("attach mode `{mode}` was requested, but hook `{hook}` cannot run in it: {reason}")]
     ModeUnavailable { mode: String, hook: &'static str, reason: String },
 
-    #[error("cannot listen on {addr}: {source} (is another observer or exporter already using it? pick another with --prometheus-listen)")]
+    #[error(
+        "cannot listen on {addr}: {source} (is another observer or exporter already using it? pick another with --prometheus-listen)"
+    )]
     Listen { addr: SocketAddr, source: std::io::Error },
 
     #[error("reading map {map}: {reason}")]

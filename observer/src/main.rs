@@ -7,9 +7,7 @@ use observer::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         // Colours only on a terminal: logs shipped from a pod or a file must
         // stay greppable.
@@ -40,7 +38,7 @@ fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error
 
 /// Resolves on SIGINT or SIGTERM (what Kubernetes sends on pod deletion).
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => return std::future::pending().await,

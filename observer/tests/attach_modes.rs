@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use observer::{
     error::Error,
-    probes::{hooks::Mode, AttachMode, Probes, HOOKS},
+    probes::{AttachMode, HOOKS, Probes, hooks::Mode},
 };
 
 fn modes(probes: &Probes) -> BTreeMap<&'static str, Mode> {

@@ -4,7 +4,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{collect_until, Netns, Observer};
+use common::{Netns, Observer, collect_until};
 
 const ECONNREFUSED: u32 = 111;
 
@@ -50,7 +50,8 @@ fn refused_connects_are_counted_once_blocking_or_not() {
     let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
     let v6: SocketAddr = "[::1]:9".parse().unwrap();
     collect_until(&mut obs, |o| {
-        o.connect_errors(blocking.pid, v4, ECONNREFUSED) >= 3 && o.connect_errors(nonblocking.pid, v6, ECONNREFUSED) >= 4
+        o.connect_errors(blocking.pid, v4, ECONNREFUSED) >= 3
+            && o.connect_errors(nonblocking.pid, v6, ECONNREFUSED) >= 4
     });
     assert_eq!(obs.connect_errors(blocking.pid, v4, ECONNREFUSED), 3);
     assert_eq!(obs.connect_errors(nonblocking.pid, v6, ECONNREFUSED), 4);

@@ -176,9 +176,13 @@ fn without_privileges_the_missing_capabilities_are_named() {
 
 #[test]
 fn no_btf_names_the_kernel_option() {
-    let (code, stderr) = run_cli(&["run", "--prometheus-listen", "127.0.0.1:0", "--kernel-btf", "/nonexistent/vmlinux"]);
+    let (code, stderr) =
+        run_cli(&["run", "--prometheus-listen", "127.0.0.1:0", "--kernel-btf", "/nonexistent/vmlinux"]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("no kernel BTF at /nonexistent/vmlinux") && stderr.contains("CONFIG_DEBUG_INFO_BTF"), "{stderr}");
+    assert!(
+        stderr.contains("no kernel BTF at /nonexistent/vmlinux") && stderr.contains("CONFIG_DEBUG_INFO_BTF"),
+        "{stderr}"
+    );
 }
 
 /// Run observer in a private mount namespace where tracefs is unmounted,

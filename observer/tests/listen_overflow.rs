@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{collect_until, Netns, Observer};
+use common::{Netns, Observer, collect_until};
 
 /// Overflow a never-accepting listener on `addr` (port `port`) with 8
 /// connection attempts; observer starts before the listener exists, or

@@ -5,7 +5,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{collect_until, Netns, Observer};
+use common::{Netns, Observer, collect_until};
 
 const EADDRNOTAVAIL: u32 = 99;
 

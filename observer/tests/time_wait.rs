@@ -3,7 +3,7 @@
 //! happens in softirq, and match `ss state time-wait` exactly.
 mod common;
 
-use common::{collect_until, Netns, Observer};
+use common::{Netns, Observer, collect_until};
 
 const CONNECTIONS: u64 = 25;
 
@@ -24,12 +24,7 @@ fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(
-        in_time_wait,
-        CONNECTIONS,
-        "ss state time-wait; all sockets in the namespace: {}",
-        ns.ss_all()
-    );
+    assert_eq!(in_time_wait, CONNECTIONS, "ss state time-wait; all sockets in the namespace: {}", ns.ss_all());
     let server_pid = server.pid();
     collect_until(&mut obs, |o| {
         o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= in_time_wait

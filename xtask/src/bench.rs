@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
 use crate::{build, setup, workspace_root};
@@ -218,7 +218,13 @@ struct Run {
     map_bytes: u64,
 }
 
-fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Path, opts: &Options, tag: &str) -> Result<Run> {
+fn churn_once(
+    tracer: Tracer,
+    observer: &std::path::Path,
+    churn: &std::path::Path,
+    opts: &Options,
+    tag: &str,
+) -> Result<Run> {
     let ns = Netns::new(tag)?;
     ns.sysctl("net.ipv4.ip_local_port_range=1024 65535")?;
     let running = start(tracer, observer, "1s")?;
@@ -285,7 +291,12 @@ pub fn run(opts: &Options) -> Result<()> {
             rates[0].push(base.rate);
             match churn_once(*tracer, &observer, &churn, opts, &format!("{round}-{i}-b")) {
                 Ok(run) => {
-                    println!("bench: round {round}: {} {:.0}/s vs baseline {:.0}/s", tracer.name(), run.rate, base.rate);
+                    println!(
+                        "bench: round {round}: {} {:.0}/s vs baseline {:.0}/s",
+                        tracer.name(),
+                        run.rate,
+                        base.rate
+                    );
                     ratios[i].push(run.rate / base.rate);
                     rates[i + 1].push(run.rate);
                     misses[i] += run.misses;
@@ -315,10 +326,20 @@ pub fn run(opts: &Options) -> Result<()> {
     // The report.
     let mut md = String::new();
     writeln!(md, "# Benchmarks\n")?;
-    writeln!(md, "Made by `cargo xtask bench` (rounds {}, {} connections per run, {} threads).\n", opts.rounds, opts.connections, opts.threads)?;
+    writeln!(
+        md,
+        "Made by `cargo xtask bench` (rounds {}, {} connections per run, {} threads).\n",
+        opts.rounds, opts.connections, opts.threads
+    )?;
     writeln!(md, "Machine: {} cores, {}; kernel {}.\n", num_cpus(), cpu_model(), uname())?;
-    writeln!(md, "Load: `observer-churn churn` in its own network namespace (port range 1024-65535): connect, accept, client-first close, as fast as possible. Each tracer run is paired with a baseline run right before it (A/B); the ratio is tracer/baseline of each pair. CPU is the tracer's own process time plus the run time of all BPF programs, per million connection cycles (each cycle is ~10 state changes and 4 syscalls traced), from one extra run per tracer with kernel.bpf_stats_enabled=1 (off during the throughput pairs, as it costs time itself). Nested runs are program invocations the kernel skipped because the same program was already running on that CPU (bpftool's recursion_misses): an event a tracer did not see.\n")?;
-    writeln!(md, "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles | program runs skipped by the kernel (nested), all runs |")?;
+    writeln!(
+        md,
+        "Load: `observer-churn churn` in its own network namespace (port range 1024-65535): connect, accept, client-first close, as fast as possible. Each tracer run is paired with a baseline run right before it (A/B); the ratio is tracer/baseline of each pair. CPU is the tracer's own process time plus the run time of all BPF programs, per million connection cycles (each cycle is ~10 state changes and 4 syscalls traced), from one extra run per tracer with kernel.bpf_stats_enabled=1 (off during the throughput pairs, as it costs time itself). Nested runs are program invocations the kernel skipped because the same program was already running on that CPU (bpftool's recursion_misses): an event a tracer did not see.\n"
+    )?;
+    writeln!(
+        md,
+        "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles | program runs skipped by the kernel (nested), all runs |"
+    )?;
     writeln!(md, "|---|---|---|---|---|---|")?;
     writeln!(md, "| {} | {:.0} | 1.000 | - | 0 | - |", Tracer::Baseline.name(), median(rates[0].clone()))?;
     let mut observer_ratio = f64::NAN;
@@ -344,16 +365,29 @@ pub fn run(opts: &Options) -> Result<()> {
             peer_best = peer_best.max(r);
         }
     }
-    writeln!(md, "\nLossless check (observer's counts for the generator's pid vs the cycles it made, every observer run): {}.\n", lossless.join("; "))?;
+    writeln!(
+        md,
+        "\nLossless check (observer's counts for the generator's pid vs the cycles it made, every observer run): {}.\n",
+        lossless.join("; ")
+    )?;
     writeln!(md, "Storms at full speed, observer vs ground truth:\n\n{storms}")?;
-    writeln!(md, "Daemon: peak RSS {:.1} MiB; BPF map memory {:.1} MiB; idle CPU with a 5 s interval {:.2}% of a core.\n", rss as f64 / 1024.0, maps as f64 / 1048576.0, idle)?;
+    writeln!(
+        md,
+        "Daemon: peak RSS {:.1} MiB; BPF map memory {:.1} MiB; idle CPU with a 5 s interval {:.2}% of a core.\n",
+        rss as f64 / 1024.0,
+        maps as f64 / 1048576.0,
+        idle
+    )?;
     for f in &failures {
         writeln!(md, "- failed: {f}")?;
     }
     let targets = [
         (observer_ratio >= 0.97, format!("throughput ratio {observer_ratio:.3} >= 0.97")),
         (observer_ratio > peer_best, format!("better than every peer (best peer {peer_best:.3})")),
-        (lossless.iter().all(|l| l == "exact") && !lossless.is_empty() && !storms.contains("MISMATCH"), "zero lost or extra counts".to_string()),
+        (
+            lossless.iter().all(|l| l == "exact") && !lossless.is_empty() && !storms.contains("MISMATCH"),
+            "zero lost or extra counts".to_string(),
+        ),
         (rss < 50 * 1024, format!("peak RSS {:.1} MiB < 50 MiB", rss as f64 / 1024.0)),
         (idle < 1.0, format!("idle CPU {idle:.2}% < 1%")),
     ];
@@ -378,26 +412,52 @@ fn storms(observer: &std::path::Path, churn: &std::path::Path) -> Result<String>
 
     let ns = Netns::new("storm-a")?;
     ns.sysctl("net.ipv4.ip_local_port_range=40000 40099")?;
-    let mut server = ns.exec(churn.to_str().context("path")?).args(["serve", "--listen", "127.0.0.1:9100", "--hold"]).stdout(Stdio::piped()).spawn()?;
+    let mut server = ns
+        .exec(churn.to_str().context("path")?)
+        .args(["serve", "--listen", "127.0.0.1:9100", "--hold"])
+        .stdout(Stdio::piped())
+        .spawn()?;
     BufReader::new(server.stdout.as_mut().context("stdout")?).read_line(&mut String::new())?;
-    let child = ns.exec(churn.to_str().context("path")?).args(["storm", "--to", "127.0.0.1:9100", "--kind", "eaddrnotavail", "--attempts", "50000"]).stdout(Stdio::piped()).spawn()?;
+    let child = ns
+        .exec(churn.to_str().context("path")?)
+        .args(["storm", "--to", "127.0.0.1:9100", "--kind", "eaddrnotavail", "--attempts", "50000"])
+        .stdout(Stdio::piped())
+        .spawn()?;
     let pid = child.id();
     let text = String::from_utf8_lossy(&child.wait_with_output()?.stdout).into_owned();
-    let seen: u64 = field(&text, "errors").and_then(|e| e.strip_prefix("EADDRNOTAVAIL:").and_then(|n| n.parse().ok())).unwrap_or(0);
+    let seen: u64 =
+        field(&text, "errors").and_then(|e| e.strip_prefix("EADDRNOTAVAIL:").and_then(|n| n.parse().ok())).unwrap_or(0);
     let _ = server.kill();
     let _ = server.wait();
     std::thread::sleep(Duration::from_millis(2500));
     let body = scrape(port).context("scrape")?;
-    let counted = sample_sum(&body, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\""), "error_type=\"EADDRNOTAVAIL\""]);
-    writeln!(out, "- EADDRNOTAVAIL storm ({}): client saw {seen}, observer counted {counted}: {}", field(&text, "seconds").unwrap_or_default() + " s", if seen == counted && seen > 0 { "exact" } else { "MISMATCH" })?;
+    let counted = sample_sum(
+        &body,
+        "observer_tcp_connect_errors_total",
+        &[&format!("process_pid=\"{pid}\""), "error_type=\"EADDRNOTAVAIL\""],
+    );
+    writeln!(
+        out,
+        "- EADDRNOTAVAIL storm ({}): client saw {seen}, observer counted {counted}: {}",
+        field(&text, "seconds").unwrap_or_default() + " s",
+        if seen == counted && seen > 0 { "exact" } else { "MISMATCH" }
+    )?;
 
     let ns = Netns::new("storm-b")?;
-    let mut server = ns.exec(churn.to_str().context("path")?).args(["serve", "--listen", "127.0.0.1:9200", "--backlog", "8", "--never-accept"]).stdout(Stdio::piped()).spawn()?;
+    let mut server = ns
+        .exec(churn.to_str().context("path")?)
+        .args(["serve", "--listen", "127.0.0.1:9200", "--backlog", "8", "--never-accept"])
+        .stdout(Stdio::piped())
+        .spawn()?;
     let server_pid = server.id();
     BufReader::new(server.stdout.as_mut().context("stdout")?).read_line(&mut String::new())?;
     std::thread::sleep(Duration::from_millis(1500)); // observer sees the listener in one scan
     let before = ns.nstat("TcpExtListenOverflows")?;
-    let child = ns.exec(churn.to_str().context("path")?).args(["storm", "--to", "127.0.0.1:9200", "--kind", "overflow", "--attempts", "50000"]).stdout(Stdio::piped()).spawn()?;
+    let child = ns
+        .exec(churn.to_str().context("path")?)
+        .args(["storm", "--to", "127.0.0.1:9200", "--kind", "overflow", "--attempts", "50000"])
+        .stdout(Stdio::piped())
+        .spawn()?;
     let text = String::from_utf8_lossy(&child.wait_with_output()?.stdout).into_owned();
     std::thread::sleep(Duration::from_millis(500));
     let overflows = ns.nstat("TcpExtListenOverflows")? - before;
@@ -406,7 +466,12 @@ fn storms(observer: &std::path::Path, churn: &std::path::Path) -> Result<String>
     let counted = sample_sum(&body, "observer_tcp_listen_overflows_total", &[&format!("process_pid=\"{server_pid}\"")]);
     let _ = server.kill();
     let _ = server.wait();
-    writeln!(out, "- listen-overflow storm ({} s): TcpExtListenOverflows {overflows}, observer counted {counted}: {}\n", field(&text, "seconds").unwrap_or_default(), if overflows == counted && overflows > 0 { "exact" } else { "MISMATCH" })?;
+    writeln!(
+        out,
+        "- listen-overflow storm ({} s): TcpExtListenOverflows {overflows}, observer counted {counted}: {}\n",
+        field(&text, "seconds").unwrap_or_default(),
+        if overflows == counted && overflows > 0 { "exact" } else { "MISMATCH" }
+    )?;
     Ok(out)
 }
 
@@ -427,10 +492,17 @@ fn num_cpus() -> usize {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())))
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
 fn uname() -> String {
-    Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+    Command::new("uname")
+        .arg("-r")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }

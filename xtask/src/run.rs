@@ -1,7 +1,7 @@
 //! `cargo xtask run`: build and start the daemon in the foreground.
 use std::{os::unix::process::CommandExt, process::Command};
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use clap::Args;
 
 use crate::{build, setup};

@@ -7,7 +7,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{run_cmd, toolchain, workspace_root};
 
@@ -15,7 +15,8 @@ use crate::{run_cmd, toolchain, workspace_root};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl.
-const PACKAGES: &[(&str, &str)] = &[("ip", "iproute2"), ("nstat", "iproute2"), ("setpriv", "util-linux"), ("sysctl", "procps")];
+const PACKAGES: &[(&str, &str)] =
+    &[("ip", "iproute2"), ("nstat", "iproute2"), ("setpriv", "util-linux"), ("sysctl", "procps")];
 
 /// Where setup installs its tools.
 pub fn tools_dir() -> PathBuf {
@@ -49,7 +50,10 @@ fn bpf_linker(nightly: &toolchain::Nightly) -> Result<()> {
     if tools.join("bin/bpf-linker").exists() && fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == want) {
         return Ok(());
     }
-    println!("setup: building bpf-linker {BPF_LINKER_VERSION} against {}'s LLVM {} (a few minutes, once)", nightly.name, nightly.llvm_major);
+    println!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against {}'s LLVM {} (a few minutes, once)",
+        nightly.name, nightly.llvm_major
+    );
     let llvm_prefix = tools.join(format!("llvm-{}", nightly.llvm_major));
     link_libllvm(&nightly.sysroot.join("lib"), &llvm_prefix.join("lib"), nightly.llvm_major)?;
     run_cmd(
@@ -85,7 +89,9 @@ fn link_libllvm(sysroot_lib: &Path, prefix_lib: &Path, major: u32) -> Result<()>
 
 fn have(program: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into(), "/bin".into()]).any(|d| d.join(program).exists())
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into(), "/bin".into()])
+        .any(|d| d.join(program).exists())
 }
 
 fn debian_packages() -> Result<()> {
@@ -104,7 +110,9 @@ pub fn apt_install(packages: &[(&str, &str)]) -> Result<()> {
         bail!("missing {}: install them with your package manager", missing.join(", "));
     }
     run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+    run_cmd(
+        Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 /// Install the Debian packages that are not installed yet.
@@ -121,7 +129,9 @@ pub fn apt_install_packages(packages: &[&str]) -> Result<()> {
     }
     println!("setup: installing {}", missing.join(" "));
     run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+    run_cmd(
+        Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 /// The classic tracepoints need tracefs; Debian does not mount it at boot.

@@ -3,7 +3,7 @@
 //! never skip.
 use std::process::Command;
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use clap::Args;
 
 use crate::{build, run_cmd, setup, vm, workspace_root};

@@ -6,7 +6,7 @@
 //! toolchain that has it (default: `nightly`).
 use std::process::Command;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 /// rustc 1.97.0-nightly (e50aa6fba 2026-05-19), LLVM 22.
 pub const PINNED_COMMIT_DATE: &str = "2026-05-19";

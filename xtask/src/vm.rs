@@ -12,7 +12,7 @@ use std::{
     time::Instant,
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{run_cmd, setup, workspace_root};
 
@@ -34,7 +34,8 @@ pub const MODES: &[&str] = &["fentry", "kprobe"];
 /// The test binaries that exercise the kernel side. The daemon and CLI
 /// tests do not depend on the attach mode and stay on the host: software
 /// emulation makes every second in the guest count.
-pub const KERNEL_TESTS: &[&str] = &["port_exhaustion", "time_wait", "listen_overflow", "connects_accepts", "attach_modes"];
+pub const KERNEL_TESTS: &[&str] =
+    &["port_exhaustion", "time_wait", "listen_overflow", "connects_accepts", "attach_modes"];
 
 fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")
@@ -51,9 +52,10 @@ pub fn setup() -> Result<Vec<Kernel>> {
     // virtme-ng needs a statically linked busybox for its initramfs.
     setup::apt_install_packages(&["qemu-system-x86", "kmod", "busybox-static"])?;
     let venv = setup::tools_dir().join("vm-venv");
-    let vng_ok = Command::new(venv.join("bin/vng")).arg("--version").output().is_ok_and(|o| {
-        o.status.success() && String::from_utf8_lossy(&o.stdout).contains(VIRTME_NG)
-    });
+    let vng_ok = Command::new(venv.join("bin/vng"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(VIRTME_NG));
     if !vng_ok {
         println!("vm: installing virtme-ng {VIRTME_NG} into {}", venv.display());
         run_cmd(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
@@ -115,7 +117,9 @@ fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Resul
 
 /// The newest `prefix<N...>suffix` package apt knows.
 fn newest_package(prefix: &str, suffix: &str) -> Result<String> {
-    let out = Command::new("apt-cache").args(["search", "--names-only", &format!("^{}", prefix.replace('.', "\\."))]).output()?;
+    let out = Command::new("apt-cache")
+        .args(["search", "--names-only", &format!("^{}", prefix.replace('.', "\\."))])
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut found: Vec<(u32, String)> = text
         .lines()
@@ -224,7 +228,8 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
         .lines()
         .find_map(|l| l.split("script exited with code ").nth(1))
         .and_then(|c| c.trim().parse::<i32>().ok());
-    let ok = exit == Some(0) && report.contains(&"MATRIX exit 0") && report.iter().any(|l| l.starts_with("MATRIX test"));
+    let ok =
+        exit == Some(0) && report.contains(&"MATRIX exit 0") && report.iter().any(|l| l.starts_with("MATRIX test"));
     let summary = format!(
         "== kernel {} ({}), {:.0?}: {}\n{}\n",
         kernel.version,

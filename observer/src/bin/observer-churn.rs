@@ -104,14 +104,19 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking } => connect(to, count, hold, close_first, nonblocking),
+        Cmd::Connect { to, count, hold, close_first, nonblocking } => {
+            connect(to, count, hold, close_first, nonblocking)
+        }
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
         Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
     }
 }
 
 fn churn(addr: SocketAddr, threads: usize, connections: u64) {
-    use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    };
     let listener = Arc::new(listen(addr, 4096));
     let served = Arc::new(AtomicU64::new(0));
     for _ in 0..threads {
@@ -276,7 +281,7 @@ fn connect(to: SocketAddr, count: u64, hold: bool, close_first: Close, nonblocki
 /// (SO_ERROR), as an event loop would see it. A connection still pending
 /// then counts as connected.
 fn connect_nonblocking(to: SocketAddr, wait: Duration) -> std::io::Result<TcpStream> {
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, socket};
     let family = if to.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
     let fd = socket(family, SockType::Stream, SockFlag::SOCK_NONBLOCK, None).map_err(std::io::Error::from)?;
     let addr = SockaddrStorage::from(to);

@@ -3,11 +3,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use crate::{
-    daemon::RunConfig,
-    export::Limits,
-    probes::AttachMode,
-};
+use crate::{daemon::RunConfig, export::Limits, probes::AttachMode};
 
 /// Attach the probes and serve metrics until SIGINT/SIGTERM.
 ///
@@ -61,7 +57,10 @@ impl RunArgs {
             interval: self.interval,
             grace: self.grace,
             attach_mode: self.attach_mode,
-            limits: Limits { max_processes: self.max_processes as usize, max_destinations: self.max_destinations as usize },
+            limits: Limits {
+                max_processes: self.max_processes as usize,
+                max_destinations: self.max_destinations as usize,
+            },
             proc_root: self.proc_root,
             kernel_btf: self.kernel_btf,
         }
@@ -69,7 +68,8 @@ impl RunArgs {
 }
 
 fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 5s or 1m"))?;
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 5s or 1m"))?;
     if d < min || d > max {
         return Err(format!(
             "{s} is out of range: use between {} and {}",

@@ -60,12 +60,7 @@ impl ListenerTracker {
                     Some(found)
                 })
                 .unwrap_or_default();
-            out.push(ListenerDrops {
-                owner,
-                family: l.family,
-                port: l.port,
-                drops: delta,
-            });
+            out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
         }
         // Forget closed listeners so the map stays as big as what exists.
         self.last.retain(|cookie, _| alive.contains(cookie));

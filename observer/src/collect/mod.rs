@@ -16,7 +16,7 @@ use std::{
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 pub use listeners::{ListenerDrops, ListenerTracker};
-use observer_common::{lost, Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey};
+use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, lost};
 
 use crate::error::Error;
 
@@ -110,12 +110,8 @@ impl Collector {
 
         // Retire processes whose grace period is over: their final counts
         // were just read above, so deleting their entries loses nothing.
-        let expired: Vec<u32> = self
-            .exited_at
-            .iter()
-            .filter(|(_, at)| now.duration_since(**at) >= grace)
-            .map(|(tgid, _)| *tgid)
-            .collect();
+        let expired: Vec<u32> =
+            self.exited_at.iter().filter(|(_, at)| now.duration_since(**at) >= grace).map(|(tgid, _)| *tgid).collect();
         for tgid in &expired {
             self.exited_at.remove(tgid);
             for key in seen_procs.iter().filter(|k| k.actor.tgid == *tgid) {

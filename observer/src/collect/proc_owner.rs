@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use observer_common::{Actor, TASK_COMM_LEN};
-use procfs::process::{all_processes_with_root, FDTarget};
+use procfs::process::{FDTarget, all_processes_with_root};
 
 /// The first process with a file descriptor on socket `inode`. Scans every
 /// process's fd table: call it rarely (results are cached by the caller).

@@ -6,22 +6,16 @@
 //! the SYN path and the 3rd-ACK path. sock_diag answers for the network
 //! namespace of the socket it is asked on, so `scan_namespaces` enters each
 //! namespace from a dedicated thread.
-use std::{
-    collections::BTreeMap,
-    fs::File,
-    io,
-    os::fd::AsFd,
-    path::PathBuf,
-};
+use std::{collections::BTreeMap, fs::File, io, os::fd::AsFd, path::PathBuf};
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_sock_diag::{
-    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
-    inet::{nlas::Nla, ExtensionFlags, InetRequest, SocketId, StateFlags},
     SockDiagMessage,
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    inet::{ExtensionFlags, InetRequest, SocketId, StateFlags, nlas::Nla},
 };
-use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
-use nix::sched::{setns, CloneFlags};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
+use nix::sched::{CloneFlags, setns};
 
 /// One listening socket as sock_diag reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

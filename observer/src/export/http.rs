@@ -1,7 +1,7 @@
 //! The pull endpoint: /metrics (Prometheus text format), /healthz, /readyz.
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
+use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use tokio::net::TcpListener;
 
 use super::Metrics;
@@ -28,7 +28,9 @@ pub async fn serve(
 
 async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     match metrics.encode() {
-        Ok(body) => (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], body).into_response(),
+        Ok(body) => {
+            (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

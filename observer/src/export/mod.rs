@@ -8,13 +8,13 @@ pub mod series;
 use std::sync::{Arc, Mutex};
 
 use opentelemetry::{
-    metrics::{Meter, MeterProvider as _},
     KeyValue,
+    metrics::{Meter, MeterProvider as _},
 };
-use opentelemetry_sdk::{metrics::SdkMeterProvider, Resource};
+use opentelemetry_sdk::{Resource, metrics::SdkMeterProvider};
 use prometheus::{Encoder, TextEncoder};
-pub use series::{Limits, SeriesStore};
 use series::{Dest, NetworkType, Who};
+pub use series::{Limits, SeriesStore};
 
 use crate::{error::Error, probes::Attachment};
 
@@ -56,9 +56,7 @@ impl Metrics {
     /// The Prometheus text exposition of every instrument.
     pub fn encode(&self) -> Result<String, Error> {
         let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .map_err(|e| Error::Export(e.to_string()))?;
+        TextEncoder::new().encode(&self.registry.gather(), &mut out).map_err(|e| Error::Export(e.to_string()))?;
         String::from_utf8(out).map_err(|e| Error::Export(e.to_string()))
     }
 
@@ -92,11 +90,9 @@ fn register(meter: &Meter, state: Shared) {
     let per_process: [(&str, &str, ProcPick); 3] = [
         ("observer.tcp.connects", "TCP connection attempts (SYN sent) by process", |s| &s.connects),
         ("observer.tcp.accepts", "TCP connections accepted by process", |s| &s.accepts),
-        (
-            "observer.tcp.time_wait_entries",
-            "TCP sockets of the process that entered TIME_WAIT",
-            |s| &s.time_wait_entries,
-        ),
+        ("observer.tcp.time_wait_entries", "TCP sockets of the process that entered TIME_WAIT", |s| {
+            &s.time_wait_entries
+        }),
     ];
     for (name, description, pick) in per_process {
         let st = state.clone();
@@ -144,7 +140,9 @@ fn register(meter: &Meter, state: Shared) {
     let st = state.clone();
     meter
         .u64_observable_counter("observer.tcp.listen_overflows")
-        .with_description("Connections a listener dropped because its accept (or SYN) queue was full, by owner and port")
+        .with_description(
+            "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
+        )
         .with_unit("{connection}")
         .with_callback(move |obs| {
             let Ok(st) = st.lock() else { return };

@@ -12,7 +12,7 @@ use std::{
     net::IpAddr,
 };
 
-use observer_common::{Actor, AF_INET6, ConnectErrorKey};
+use observer_common::{AF_INET6, Actor, ConnectErrorKey};
 
 use crate::collect::Deltas;
 
@@ -189,7 +189,7 @@ impl SeriesStore {
 
 #[cfg(test)]
 mod tests {
-    use observer_common::{ProcCounters, ProcKey, AF_INET};
+    use observer_common::{AF_INET, ProcCounters, ProcKey};
 
     use super::*;
 
@@ -200,7 +200,10 @@ mod tests {
     }
 
     fn connects(tgid: u32, n: u64) -> (ProcKey, ProcCounters) {
-        (ProcKey { actor: actor(tgid, "curl"), family: AF_INET, _pad: [0; 3] }, ProcCounters { connects: n, ..Default::default() })
+        (
+            ProcKey { actor: actor(tgid, "curl"), family: AF_INET, _pad: [0; 3] },
+            ProcCounters { connects: n, ..Default::default() },
+        )
     }
 
     fn error(tgid: u32, last_octet: u8, n: u64) -> (ConnectErrorKey, u64) {
@@ -222,7 +225,10 @@ mod tests {
     #[test]
     fn processes_beyond_the_limit_go_to_other_without_losing_counts() {
         let mut s = SeriesStore::new(Limits { max_processes: 2, max_destinations: 10 });
-        s.apply(&Deltas { procs: vec![connects(1, 1), connects(2, 1), connects(3, 4), connects(4, 5)], ..Default::default() });
+        s.apply(&Deltas {
+            procs: vec![connects(1, 1), connects(2, 1), connects(3, 4), connects(4, 5)],
+            ..Default::default()
+        });
         assert_eq!(s.connects.len(), 3);
         let other = ProcSeries { who: Who::Other, network: NetworkType::Ipv4 };
         assert_eq!(s.connects[&other], 9);

@@ -8,12 +8,12 @@
 use std::fmt;
 
 use aya::{
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
     Btf, Ebpf,
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
 use observer_common::Config;
 
-use super::{error_chain, write_config, AttachMode};
+use super::{AttachMode, error_chain, write_config};
 use crate::error::Error;
 
 /// How a hook ended up attached.
@@ -59,16 +59,35 @@ enum Flag {
 /// One way to attach a hook.
 #[derive(Debug)]
 enum Way {
-    Fentry { prog: &'static str, function: &'static str },
-    Fexit { prog: &'static str, function: &'static str },
-    Kprobe { prog: &'static str, function: &'static str },
-    Kretprobe { prog: &'static str, function: &'static str },
+    Fentry {
+        prog: &'static str,
+        function: &'static str,
+    },
+    Fexit {
+        prog: &'static str,
+        function: &'static str,
+    },
+    Kprobe {
+        prog: &'static str,
+        function: &'static str,
+    },
+    Kretprobe {
+        prog: &'static str,
+        function: &'static str,
+    },
     /// Classic tracepoints: (program, category, event).
     Tracepoints(&'static [(&'static str, &'static str, &'static str)]),
-    BtfTracepoint { prog: &'static str, event: &'static str },
+    BtfTracepoint {
+        prog: &'static str,
+        event: &'static str,
+    },
     /// Counted by programs attached for other hooks (see `ALWAYS`), once
     /// this flag tells them to.
-    SharedTracepoint { flag: Flag, mode: Mode, via: &'static str },
+    SharedTracepoint {
+        flag: Flag,
+        mode: Mode,
+        via: &'static str,
+    },
 }
 
 impl Way {
@@ -149,11 +168,11 @@ static ALWAYS: &[Hook] = &[
             ("connect_exit", "syscalls", "sys_exit_connect"),
         ])],
     },
-    Hook { name: "inet_sock_set_state", ways: &[Way::BtfTracepoint { prog: "sock_state", event: "inet_sock_set_state" }] },
     Hook {
-        name: "sched_process_exit",
-        ways: &[Way::Tracepoints(&[("process_exit", "sched", "sched_process_exit")])],
+        name: "inet_sock_set_state",
+        ways: &[Way::BtfTracepoint { prog: "sock_state", event: "inet_sock_set_state" }],
     },
+    Hook { name: "sched_process_exit", ways: &[Way::Tracepoints(&[("process_exit", "sched", "sched_process_exit")])] },
 ];
 
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {

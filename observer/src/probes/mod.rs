@@ -7,10 +7,10 @@ pub mod privileges;
 use std::{fmt, path::Path};
 
 use aya::{
-    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
     Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
 };
-pub use hooks::{Attachment, Hook, HOOKS};
+pub use hooks::{Attachment, HOOKS, Hook};
 use observer_common::Config;
 use tracing::info;
 

@@ -22,11 +22,7 @@ pub fn check() -> Result<(), Error> {
     }
     let needed = [Capability::CAP_BPF, Capability::CAP_PERFMON, Capability::CAP_NET_ADMIN];
     let missing: Vec<String> = needed.iter().filter(|c| !effective.contains(c)).map(|c| c.to_string()).collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Privileges { missing: missing.join(", ") })
-    }
+    if missing.is_empty() { Ok(()) } else { Err(Error::Privileges { missing: missing.join(", ") }) }
 }
 
 /// tracefs is needed to attach classic tracepoints (aya reads event ids

@@ -73,7 +73,10 @@ impl Netns {
     /// (`ss -lnt` Recv-Q).
     pub fn accept_queue(&self, port: u16) -> u64 {
         let out = run(self.command("ss").args(["-Hltn", &format!("sport = :{port}")]));
-        out.split_whitespace().nth(1).and_then(|q| q.parse().ok()).unwrap_or_else(|| panic!("no listener on {port}: {out}"))
+        out.split_whitespace()
+            .nth(1)
+            .and_then(|q| q.parse().ok())
+            .unwrap_or_else(|| panic!("no listener on {port}: {out}"))
     }
 
     /// Every TCP socket of the namespace, for failure messages.
@@ -83,13 +86,8 @@ impl Netns {
 
     /// Start `observer-churn serve ...` here; returns once it listens.
     pub fn serve(&self, args: &[&str]) -> Server {
-        let mut child = self
-            .command(CHURN)
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
+        let mut child =
+            self.command(CHURN).arg("serve").args(args).stdout(Stdio::piped()).spawn().expect("spawn server");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "server did not start");

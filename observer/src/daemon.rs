@@ -16,7 +16,7 @@ use crate::{
     collect::{Collector, sock_diag},
     error::Error,
     export::{self, Limits, Metrics, SeriesStore, Shared, http},
-    probes::{AttachMode, Attachment, Probes, hooks::Mode},
+    probes::{AttachMode, Attachment, Probes, ProgramHandle, hooks::Mode},
 };
 
 #[derive(Clone, Debug)]
@@ -64,10 +64,11 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // paces it and tells it to stop.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut collector = Collector::new(maps, config.proc_root.clone());
+    let programs = probes.programs.clone();
     let (interval, grace) = (config.interval, config.grace);
     let collecting = std::thread::Builder::new()
         .name("observer-collect".into())
-        .spawn(move || collect_loop(&mut collector, &state, interval, grace, &stop_rx))
+        .spawn(move || collect_loop(&mut collector, &programs, &state, interval, grace, &stop_rx))
         .map_err(|e| Error::Export(format!("cannot start the collector thread: {e}")))?;
 
     info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
@@ -82,6 +83,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
 
 fn collect_loop(
     collector: &mut Collector,
+    programs: &[ProgramHandle],
     state: &Shared,
     interval: Duration,
     grace: Duration,
@@ -104,6 +106,9 @@ fn collect_loop(
                     ("PROC_COUNTERS", deltas.proc_entries as u64, capacity::PROC_COUNTERS as u64),
                     ("CONNECT_ERRORS", deltas.connect_error_entries as u64, capacity::CONNECT_ERRORS as u64),
                 ];
+                // Cumulative in the kernel: read as is, no delta needed.
+                st.missed =
+                    programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
             }
             // One log line per failure streak, not one per interval.
             Err(e) if !failing => {
@@ -128,6 +133,7 @@ fn check_sock_diag() -> Result<Attachment, Error> {
             hook: "listen_overflow",
             mode: Mode::SockDiag,
             target: "NETLINK_SOCK_DIAG sk_drops".into(),
+            programs: Vec::new(),
         }),
         Err(e) => Err(Error::Attach { hook: "listen_overflow", tried: format!("sock_diag: {e}") }),
     }

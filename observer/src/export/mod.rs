@@ -27,6 +27,8 @@ pub struct State {
     pub lost: Vec<(&'static str, u64)>,
     /// (map, entries, capacity)
     pub map_fill: Vec<(&'static str, u64, u64)>,
+    /// (hook, program, runs the kernel skipped), cumulative.
+    pub missed: Vec<(&'static str, &'static str, u64)>,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -176,6 +178,23 @@ fn register(meter: &Meter, state: Shared) {
             let Ok(st) = st.lock() else { return };
             for (map, value) in &st.lost {
                 obs.observe(*value, &[KeyValue::new("map", *map)]);
+            }
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.kernel.missed_events")
+        .with_description(
+            "Hook events the kernel did not hand to observer's program because a BPF program was already \
+             running on that CPU (recursion protection; counted by Linux 5.12+ for fentry/tp_btf, 6.7+ for \
+             kprobes and tracepoints). When not 0, counts may be short by up to this many events.",
+        )
+        .with_unit("{event}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (hook, program, value) in &st.missed {
+                obs.observe(*value, &[KeyValue::new("hook", *hook), KeyValue::new("program", *program)]);
             }
         })
         .build();

@@ -48,6 +48,9 @@ pub struct Attachment {
     pub hook: &'static str,
     pub mode: Mode,
     pub target: String,
+    /// The eBPF programs doing this hook's counting (none when another
+    /// hook's programs count for it).
+    pub programs: Vec<&'static str>,
 }
 
 /// Config flags a tracepoint fallback turns on in the shared programs.
@@ -111,6 +114,18 @@ impl Way {
             Way::Tracepoints(_) => Mode::Tracepoint,
             Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
             Way::SharedTracepoint { mode, .. } => *mode,
+        }
+    }
+
+    fn programs(&self) -> Vec<&'static str> {
+        match self {
+            Way::Fentry { prog, .. }
+            | Way::Fexit { prog, .. }
+            | Way::Kprobe { prog, .. }
+            | Way::Kretprobe { prog, .. }
+            | Way::BtfTracepoint { prog, .. } => vec![*prog],
+            Way::Tracepoints(list) => list.iter().map(|(prog, ..)| *prog).collect(),
+            Way::SharedTracepoint { .. } => Vec::new(),
         }
     }
 }
@@ -185,13 +200,13 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
                 Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
             }
         }
-        attached.push(Attachment { hook: hook.name, mode: way.mode(), target });
+        attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
     // Before the shared programs attach, so they never run without flags.
     write_config(ebpf, config)?;
     for hook in ALWAYS {
         let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
-        attached.push(Attachment { hook: hook.name, mode: way.mode(), target });
+        attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
     Ok(attached)
 }

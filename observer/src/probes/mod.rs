@@ -3,6 +3,7 @@
 pub mod hooks;
 pub mod offsets;
 pub mod privileges;
+pub mod stats;
 
 use std::{fmt, path::Path};
 
@@ -12,6 +13,7 @@ use aya::{
 };
 pub use hooks::{Attachment, HOOKS, Hook};
 use observer_common::Config;
+pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
 use crate::{collect::KernelMaps, error::Error};
@@ -50,6 +52,8 @@ pub struct Probes {
     // Owns the programs and their links; never read after loading.
     _ebpf: Ebpf,
     pub attachments: Vec<Attachment>,
+    /// Every attached program, to read the kernel's run statistics.
+    pub programs: Vec<ProgramHandle>,
 }
 
 impl Probes {
@@ -78,8 +82,20 @@ impl Probes {
         for a in &attachments {
             info!(hook = a.hook, mode = %a.mode, target = %a.target, "attached");
         }
+        let programs = attachments
+            .iter()
+            .flat_map(|a| a.programs.iter().map(move |p| (a.hook, *p)))
+            .map(|(hook, program)| {
+                ProgramHandle::open(&ebpf, hook, program).map_err(|reason| Error::Load(format!("{program}: {reason}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let maps = take_maps(&mut ebpf)?;
-        Ok((Self { _ebpf: ebpf, attachments }, maps))
+        Ok((Self { _ebpf: ebpf, attachments, programs }, maps))
+    }
+
+    /// Runs the kernel skipped, summed over all programs (see `stats`).
+    pub fn missed(&self) -> u64 {
+        self.programs.iter().filter_map(|p| p.stats().ok()).map(|s| s.missed).sum()
     }
 }
 

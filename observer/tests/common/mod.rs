@@ -242,6 +242,23 @@ impl Observer {
     }
 }
 
+impl Drop for Observer {
+    /// A failing test says whether the kernel skipped any of our programs'
+    /// runs (recursion protection; see `probes::stats`): the kernel matrix
+    /// reads this line to tell such a failure from a counting bug.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let detail: Vec<String> = self
+                .probes
+                .programs
+                .iter()
+                .filter_map(|p| p.stats().ok().filter(|s| s.missed > 0).map(|s| format!("{}={}", p.program, s.missed)))
+                .collect();
+            eprintln!("OBSERVER_KERNEL_MISSED={} {}", self.probes.missed(), detail.join(" "));
+        }
+    }
+}
+
 /// Collect until `done` holds or 30 s pass (kernel events on loopback land
 /// within milliseconds; the deadline only bounds a failing test, and is
 /// generous for the software-emulated VMs of the kernel matrix).

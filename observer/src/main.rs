@@ -33,19 +33,28 @@ fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error
         .enable_all()
         .build()
         .map_err(|e| observer::error::Error::Export(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(observer::daemon::run(config, shutdown_signal()))
+    runtime.block_on(async {
+        let shutdown = shutdown_signal()
+            .map_err(|e| observer::error::Error::Export(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+        observer::daemon::run(config, shutdown).await
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM (what Kubernetes sends on pod deletion).
-async fn shutdown_signal() {
+///
+/// The handlers are installed now, before anything is loaded, not when
+/// the future is first polled: a signal that arrives while the probes load
+/// must stop the daemon, not be lost (a shell starts background jobs with
+/// SIGINT ignored, so until our handler exists it would vanish).
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
-    tracing::info!("shutting down");
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        tracing::info!("shutting down");
+    })
 }

@@ -101,6 +101,12 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
         assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
     }
+    // The kernel's skipped runs are reported for every program, zero or not.
+    for program in ["sock_state", "connect_exit", "process_exit"] {
+        let labels = [format!("program=\"{program}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert!(sample(&body, "observer_kernel_missed_events_total", &labels).is_some(), "{program}: {body}");
+    }
 }
 
 #[test]
@@ -207,4 +213,28 @@ fn missing_tracefs_is_mounted_when_possible_and_explained_otherwise() {
     let (code, stderr) = run_without_tracefs(false);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("tracefs is not mounted") && stderr.contains("mount -t tracefs"), "{stderr}");
+}
+
+#[test]
+fn a_sigterm_while_the_probes_load_stops_the_daemon_cleanly() {
+    use std::io::BufRead as _;
+    let port = free_port();
+    let mut child = Command::new(OBSERVER)
+        .args(["run", "--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .args(["--attach-mode", &common::test_mode().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    // The first hook is attached, the others are still loading.
+    while !log.contains(" attached ") {
+        assert!(stderr.read_line(&mut log).unwrap() > 0, "observer exited: {log}");
+    }
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    stderr.read_to_string(&mut log).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: a signal during loading must not kill the daemon uncleanly\n{log}");
+    assert!(log.contains("shutting down"), "{log}");
 }

@@ -146,7 +146,9 @@ pub fn test_binaries(nightly: &str) -> Result<Vec<(String, PathBuf)>> {
     anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let mut bins = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         let is_test = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
         let name = msg["target"]["name"].as_str().unwrap_or("?");
         if let (true, Some(exe)) = (is_test && KERNEL_TESTS.contains(&name), msg["executable"].as_str()) {
@@ -184,10 +186,26 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
             obs = observer.display()
         ));
         for (name, bin) in bins {
+            // One test at a time: each test loads its own probes, and
+            // attaching or detaching an fexit program rebuilds the
+            // function's BPF trampoline, which makes the kernel skip the
+            // fexit programs of calls sleeping in that function at the time
+            // (a parallel test's server blocked in accept(): a lost accept
+            // that production does not see from observer itself).
+            //
+            // A failure while the kernel reported skipped runs of our
+            // programs (recursion protection, which software emulation's
+            // slow programs make far likelier: see probes/stats.rs) is
+            // retried once; any other failure, or a second one, fails.
             s.push_str(&format!(
-                "OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=2 -q >$out/{name}-{mode}.log 2>&1; rc=$?\n\
-                 echo \"MATRIX test mode={mode} {name} rc=$rc $(grep '^test result' $out/{name}-{mode}.log | tail -1)\"\n\
-                 [ $rc = 0 ] || {{ fail=1; grep -A 12 -E 'panicked|FAILED' $out/{name}-{mode}.log | head -40; }}\n",
+                "log=$out/{name}-{mode}.log; retried=\n\
+                 OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
+                 if [ $rc != 0 ] && grep -q 'OBSERVER_KERNEL_MISSED=[1-9]' $log; then\n\
+                   mv $log $log.first; retried=\"retried after kernel-skipped runs: $(grep -o 'OBSERVER_KERNEL_MISSED=[1-9].*' $log.first | head -1)\"\n\
+                   OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
+                 fi\n\
+                 echo \"MATRIX test mode={mode} {name} rc=$rc $(grep '^test result' $log | tail -1) $retried\"\n\
+                 [ $rc = 0 ] || {{ fail=1; grep -A 12 -E 'panicked|FAILED|OBSERVER_KERNEL_MISSED' $log | head -40; }}\n",
                 bin = bin.display()
             ));
         }
@@ -220,7 +238,13 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
     let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
     let report: Vec<&str> = progress
         .lines()
-        .filter(|l| l.starts_with("MATRIX") || l.contains("panicked") || l.contains("left:") || l.contains("right:"))
+        .filter(|l| {
+            l.starts_with("MATRIX")
+                || l.contains("panicked")
+                || l.contains("OBSERVER_KERNEL_MISSED")
+                || l.contains("left:")
+                || l.contains("right:")
+        })
         .collect();
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.

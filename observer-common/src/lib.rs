@@ -119,7 +119,27 @@ pub struct InflightConnect {
 pub struct Config {
     /// 1: no `tcp_connect` hook attached; count connects at connect() exit.
     pub connects_from_syscall: u32,
-    pub _pad: u32,
+    /// 1: no `tcp_time_wait` hook attached; `sock_state` counts TIME_WAIT
+    /// entries from state changes (with `time_wait_backup` behind it).
+    pub time_wait_from_state: u32,
+}
+
+/// The sockets whose TIME_WAIT entry a CPU counted last (see time_wait.rs
+/// in the eBPF crate): the primary program notes each one here, and the
+/// backup program, which runs right after it for the same event, counts
+/// only the ones missing, i.e. the events the kernel did not give the
+/// primary because it was already running on that CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentlyCounted {
+    pub socks: [u64; RecentlyCounted::SLOTS],
+    pub next: u64,
+}
+
+impl RecentlyCounted {
+    /// Events interleave at most one level deep per CPU (a softirq
+    /// interrupting a process-context run), so a few slots are plenty.
+    pub const SLOTS: usize = 4;
 }
 
 /// Indexes of the `LOST` per-CPU array: updates the kernel side could not
@@ -151,4 +171,5 @@ const _: () = {
     assert!(size_of::<ListenerKey>() == 8);
     assert!(size_of::<InflightConnect>() == 72);
     assert!(size_of::<Config>() == 8);
+    assert!(size_of::<RecentlyCounted>() == 40);
 };

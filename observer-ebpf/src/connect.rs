@@ -38,24 +38,27 @@ const EXIT_RET: usize = 16;
 /// syscalls/sys_enter_connect(int fd, struct sockaddr *uservaddr, int addrlen)
 #[tracepoint]
 pub fn connect_enter(ctx: TracePointContext) -> u32 {
-    let _ = try_connect_enter(&ctx);
+    if try_connect_enter(&ctx).is_err() {
+        // Not tracked (unix, UDP, unreadable arguments): forget any
+        // previous connect of this thread, so this connect's exit can never
+        // match a stale entry. A tracked connect overwrites the entry.
+        let _ = THREAD_CONNECTS.remove(&bpf_get_current_pid_tgid());
+    }
     0
 }
 
+/// Err: this connect() is not one observer tracks.
 fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
-    // Forget any previous connect of this thread first, so the exit of a
-    // connect we do not track (UDP, unix) can never match a stale entry.
     let pid_tgid = bpf_get_current_pid_tgid();
-    let _ = THREAD_CONNECTS.remove(&pid_tgid);
     let fd: u64 = unsafe { ctx.read_at(ENTER_FD) }?;
     let uaddr: u64 = unsafe { ctx.read_at(ENTER_USERVADDR) }?;
     let family: u16 = unsafe { bpf_probe_read_user(uaddr as *const u16) }?;
     if family != AF_INET && family != AF_INET6 {
-        return Ok(());
+        return Err(0);
     }
     let sk = sock_of_fd(fd);
     if !is_tcp(sk) {
-        return Ok(());
+        return Err(0);
     }
     // struct sockaddr_in { u16 family; be16 port; be32 addr; }
     // struct sockaddr_in6 { u16 family; be16 port; u32 flowinfo; u8 addr[16]; }
@@ -68,7 +71,10 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
         daddr[..4].copy_from_slice(&v4);
     }
     let actor = current_actor();
-    let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+    if config().connects_from_syscall == 1 {
+        // Otherwise the tcp_connect hook records the owner.
+        let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+    }
     match INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
         // A non-blocking connect() asked again (EALREADY): keep the pending
         // entry and its async error, just mark the syscall as running.

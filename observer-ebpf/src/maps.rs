@@ -6,7 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use observer_common::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey, capacity, lost,
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey,
+    RecentlyCounted, capacity, lost,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -83,6 +84,11 @@ pub static THREAD_CONNECTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(
 /// a grace period and deletes their counters.
 #[map]
 pub static EXITED: HashMap<u32, u32> = HashMap::with_max_entries(capacity::EXITED, 0);
+
+/// Per CPU, the sockets whose TIME_WAIT entry the primary program counted
+/// last, for the backup program behind it (see time_wait.rs).
+#[map]
+pub static TIME_WAIT_RECENT: PerCpuArray<RecentlyCounted> = PerCpuArray::with_max_entries(1, 0);
 
 /// Updates that could not be made because a map was full (see `lost`).
 #[map]

@@ -4,25 +4,37 @@
 //!   port can be found, see connect.rs);
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the asynchronous outcome of a connect;
 //! - -> LISTEN: record the listener's owner for userspace;
+//! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
+//!   hook is attached (the primary of time_wait.rs's primary and backup);
 //! - -> CLOSE: forget the socket's owner.
-//! (The TIME_WAIT fallback is its own program, see time_wait.rs.)
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{ListenerKey, tcp_state::*};
 
 use crate::{
     connect::count_error,
     kernel::{IPPROTO_TCP, current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol},
-    maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS},
+    maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config},
+    time_wait::{count_as_primary, is_time_wait_entry},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
-    let sk: u64 = ctx.arg(0);
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
+    // Most transitions of a connection (ESTABLISHED -> FIN_WAIT1 -> ...)
+    // need nothing here; leave before reading the socket (this program
+    // runs ~10 times per connection).
+    if !(old == SYN_SENT || new == SYN_SENT || new == LISTEN || new == CLOSE) {
+        return 0;
+    }
+    let sk: u64 = ctx.arg(0);
     if sock_protocol(sk) != IPPROTO_TCP {
         return 0;
+    }
+    // Before the owner is forgotten below.
+    if config().time_wait_from_state == 1 && is_time_wait_entry(sk, old, new) {
+        count_as_primary(sk);
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => {

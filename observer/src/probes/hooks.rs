@@ -57,14 +57,19 @@ pub struct Attachment {
 #[derive(Clone, Copy, Debug)]
 enum Flag {
     ConnectsFromSyscall,
+    TimeWaitFromState,
 }
 
 /// One way to attach a hook.
 #[derive(Debug)]
 enum Way {
+    /// `backup`: a second program on the same function, attached right
+    /// after, that counts the events the kernel did not give the first
+    /// (nested runs; see observer-ebpf's time_wait.rs).
     Fentry {
         prog: &'static str,
         function: &'static str,
+        backup: Option<&'static str>,
     },
     Fexit {
         prog: &'static str,
@@ -85,11 +90,13 @@ enum Way {
         event: &'static str,
     },
     /// Counted by programs attached for other hooks (see `ALWAYS`), once
-    /// this flag tells them to.
+    /// this flag tells them to; `backup` is a tp_btf program attached after
+    /// those (see `Fentry`).
     SharedTracepoint {
         flag: Flag,
         mode: Mode,
         via: &'static str,
+        backup: Option<BtfBackup>,
     },
 }
 
@@ -119,6 +126,8 @@ impl Way {
 
     fn programs(&self) -> Vec<&'static str> {
         match self {
+            Way::Fentry { prog, backup: Some(backup), .. } => vec![*prog, *backup],
+            Way::SharedTracepoint { backup: Some(b), .. } => vec![b.prog],
             Way::Fentry { prog, .. }
             | Way::Fexit { prog, .. }
             | Way::Kprobe { prog, .. }
@@ -128,6 +137,13 @@ impl Way {
             Way::SharedTracepoint { .. } => Vec::new(),
         }
     }
+}
+
+/// A tp_btf backup program (see `Way::Fentry`).
+#[derive(Debug)]
+struct BtfBackup {
+    prog: &'static str,
+    event: &'static str,
 }
 
 pub struct Hook {
@@ -141,12 +157,13 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: "tcp_connect",
         ways: &[
-            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect" },
+            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect", backup: None },
             Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect" },
             Way::SharedTracepoint {
                 flag: Flag::ConnectsFromSyscall,
                 mode: Mode::Tracepoint,
                 via: "syscalls/sys_exit_connect after inet_sock_set_state CLOSE->SYN_SENT",
+                backup: None,
             },
         ],
     },
@@ -164,11 +181,18 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: "tcp_time_wait",
         ways: &[
-            Way::Fentry { prog: "tcp_time_wait_fentry", function: "tcp_time_wait" },
+            Way::Fentry {
+                prog: "tcp_time_wait_fentry",
+                function: "tcp_time_wait",
+                backup: Some("tcp_time_wait_fentry_backup"),
+            },
             Way::Kprobe { prog: "tcp_time_wait_kprobe", function: "tcp_time_wait" },
-            // Attached before `sock_state` (an ALWAYS hook), so it reads the
-            // socket's owner before that program forgets it at CLOSE.
-            Way::BtfTracepoint { prog: "time_wait_state", event: "inet_sock_set_state" },
+            Way::SharedTracepoint {
+                flag: Flag::TimeWaitFromState,
+                mode: Mode::BtfTracepoint,
+                via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error, in sock_state",
+                backup: Some(BtfBackup { prog: "time_wait_backup", event: "inet_sock_set_state" }),
+            },
         ],
     },
 ];
@@ -193,12 +217,15 @@ static ALWAYS: &[Hook] = &[
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
     let mut attached = Vec::new();
     let mut config = Config::default();
+    let mut backups = Vec::new();
     for hook in HOOKS {
         let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
-        if let Way::SharedTracepoint { flag, .. } = way {
+        if let Way::SharedTracepoint { flag, backup, .. } = way {
             match flag {
                 Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
+                Flag::TimeWaitFromState => config.time_wait_from_state = 1,
             }
+            backups.extend(backup.as_ref().map(|b| (hook.name, b)));
         }
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
@@ -207,6 +234,11 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
     for hook in ALWAYS {
         let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
+    }
+    // After the shared programs: a backup must run after its primary.
+    for (hook, backup) in backups {
+        let way = Way::BtfTracepoint { prog: backup.prog, event: backup.event };
+        try_way(ebpf, btf, &way).map_err(|e| Error::Attach { hook, tried: format!("backup {}: {e}", backup.prog) })?;
     }
     Ok(attached)
 }
@@ -255,10 +287,13 @@ where
 fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
     let err = |e: aya::programs::ProgramError| error_chain(&e);
     match *way {
-        Way::Fentry { prog, function } => {
-            let p: &mut FEntry = program(ebpf, prog)?;
-            p.load(function, btf).map_err(err)?;
-            p.attach().map_err(err)?;
+        Way::Fentry { prog, function, backup } => {
+            // Programs on one trampoline run in attach order.
+            for prog in std::iter::once(prog).chain(backup) {
+                let p: &mut FEntry = program(ebpf, prog)?;
+                p.load(function, btf).map_err(err)?;
+                p.attach().map_err(err)?;
+            }
             Ok(function.to_string())
         }
         Way::Fexit { prog, function } => {
@@ -307,7 +342,7 @@ mod tests {
 
     #[test]
     fn forced_modes_filter_ways() {
-        let fentry = Way::Fentry { prog: "p", function: "f" };
+        let fentry = Way::Fentry { prog: "p", function: "f", backup: None };
         assert!(fentry.allowed_in(AttachMode::Auto));
         assert!(fentry.allowed_in(AttachMode::Fentry));
         assert!(!fentry.allowed_in(AttachMode::Kprobe));

@@ -125,10 +125,10 @@ pub struct Config {
 }
 
 /// The sockets whose TIME_WAIT entry a CPU counted last (see time_wait.rs
-/// in the eBPF crate): the primary program notes each one here, and the
-/// backup program, which runs right after it for the same event, counts
-/// only the ones missing, i.e. the events the kernel did not give the
-/// primary because it was already running on that CPU.
+/// in the eBPF crate): of the two programs that see each event, the first
+/// counts and notes the socket here, the second finds the note and takes
+/// it off; so an event the kernel gave to only one of them (the other was
+/// already running on that CPU) is still counted once.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecentlyCounted {

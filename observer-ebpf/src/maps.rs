@@ -85,8 +85,8 @@ pub static THREAD_CONNECTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(
 #[map]
 pub static EXITED: HashMap<u32, u32> = HashMap::with_max_entries(capacity::EXITED, 0);
 
-/// Per CPU, the sockets whose TIME_WAIT entry the primary program counted
-/// last, for the backup program behind it (see time_wait.rs).
+/// Per CPU, the sockets whose TIME_WAIT entry one program of a pair counted
+/// and the other has not seen yet (see time_wait.rs).
 #[map]
 pub static TIME_WAIT_RECENT: PerCpuArray<RecentlyCounted> = PerCpuArray::with_max_entries(1, 0);
 

@@ -5,7 +5,7 @@
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the asynchronous outcome of a connect;
 //! - -> LISTEN: record the listener's owner for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
-//!   hook is attached (the primary of time_wait.rs's primary and backup);
+//!   hook is attached (one of the pair of programs of time_wait.rs);
 //! - -> CLOSE: forget the socket's owner.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{ListenerKey, tcp_state::*};
@@ -14,7 +14,7 @@ use crate::{
     connect::count_error,
     kernel::{IPPROTO_TCP, current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol},
     maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config},
-    time_wait::{count_as_primary, is_time_wait_entry},
+    time_wait::{count_once_per_pair, is_time_wait_entry},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
@@ -34,7 +34,7 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     }
     // Before the owner is forgotten below.
     if config().time_wait_from_state == 1 && is_time_wait_entry(sk, old, new) {
-        count_as_primary(sk);
+        count_once_per_pair(sk);
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => {

@@ -2,17 +2,18 @@
 //! the socket's owner comes from `SOCK_OWNERS` (filled in process context at
 //! connect/accept/listen).
 //!
-//! Primary and backup: the kernel does not run a program that fires while
-//! the same program is already running on that CPU (a softirq interrupting
-//! a process-context run; it counts these in `recursion_misses`). Under a
-//! connection storm that lost ~1 in 10^4 entries. So each way of counting
-//! has a second, identical program attached right after the primary: both
-//! see every event, in order, unless one was nested into. The primary
-//! counts and notes the socket in a per-CPU list (`TIME_WAIT_RECENT`); the
-//! backup counts only a socket that is not there (the primary never saw it)
-//! and otherwise takes it off. Nesting into the backup instead leaves the
-//! primary to count; one level of nesting per CPU is all interrupts allow.
-//! Kprobes need no backup: they share one busy flag, which a backup would
+//! Counted by a pair of programs: the kernel does not run a program that
+//! fires while the same program is already running on that CPU (a softirq
+//! interrupting a process-context run; it counts these in
+//! `recursion_misses`). Under a connection storm that lost ~1 in 10^4
+//! entries. So each way of counting has two programs on the same hook, and
+//! both see every event unless one of them was nested into; interrupts nest
+//! one level per CPU, so at least one runs. The first to run counts and
+//! notes the socket in a per-CPU list (`TIME_WAIT_RECENT`), the second
+//! finds the note and takes it off (`count_once_per_pair`). The order of
+//! the two does not matter (an fentry trampoline runs the newest program
+//! first on some kernels, tracepoints the oldest).
+//! Kprobes need no pair: they share one busy flag, which the second would
 //! trip over just the same.
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, kprobe},
@@ -30,14 +31,14 @@ use crate::{
 /// handed to a timewait socket (substate TIME_WAIT or FIN_WAIT2).
 #[fentry(function = "tcp_time_wait")]
 pub fn tcp_time_wait_fentry(ctx: FEntryContext) -> u32 {
-    count_as_primary(ctx.arg(0));
+    count_once_per_pair(ctx.arg(0));
     0
 }
 
-/// Attached after `tcp_time_wait_fentry`; counts what it missed.
+/// The other program of the pair (see the module comment).
 #[fentry(function = "tcp_time_wait")]
-pub fn tcp_time_wait_fentry_backup(ctx: FEntryContext) -> u32 {
-    count_as_backup(ctx.arg(0));
+pub fn tcp_time_wait_fentry_twin(ctx: FEntryContext) -> u32 {
+    count_once_per_pair(ctx.arg(0));
     0
 }
 
@@ -52,10 +53,10 @@ pub fn tcp_time_wait_kprobe(ctx: ProbeContext) -> u32 {
 
 /// Fallback where neither fentry nor kprobes exist, on inet_sock_set_state
 /// (TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)):
-/// `sock_state` is the primary (see `is_time_wait_entry`); this program,
-/// attached after it, is its backup.
+/// `sock_state` is one program of the pair (see `is_time_wait_entry`), this
+/// one the other.
 #[btf_tracepoint(function = "inet_sock_set_state")]
-pub fn time_wait_backup(ctx: BtfTracePointContext) -> i32 {
+pub fn time_wait_twin(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
     if new != CLOSE || (old != FIN_WAIT2 && old != CLOSING) {
@@ -63,7 +64,7 @@ pub fn time_wait_backup(ctx: BtfTracePointContext) -> i32 {
     }
     let sk: u64 = ctx.arg(0);
     if is_time_wait_entry(sk, old, new) {
-        count_as_backup(sk);
+        count_once_per_pair(sk);
     }
     0
 }
@@ -75,33 +76,36 @@ pub fn is_time_wait_entry(sk: u64, old: i32, new: i32) -> bool {
     new == CLOSE && (old == FIN_WAIT2 || old == CLOSING) && sock_protocol(sk) == IPPROTO_TCP && sock_err(sk) == 0
 }
 
-/// Count, and note the socket for the backup program.
+/// Count the entry unless the other program of the pair already did for
+/// this event; each program of the pair calls this once per event.
+///
+/// A note is left behind only when the other program's run was skipped;
+/// the next event of a socket at that address then finds it and is still
+/// counted exactly once (by the second program of that pair).
 #[inline(always)]
-pub fn count_as_primary(sk: u64) {
-    count_time_wait(sk);
-    if let Some(recent) = TIME_WAIT_RECENT.get_ptr_mut(0) {
-        // SAFETY: this CPU's copy; only interrupts can interleave, and they
-        // never run this program (the kernel skips a nested run).
-        let recent = unsafe { &mut *recent };
-        recent.socks[(recent.next as usize) % RecentlyCounted::SLOTS] = sk;
-        recent.next = recent.next.wrapping_add(1);
-    }
-}
-
-/// Count unless the primary did; forget the socket either way.
-#[inline(always)]
-pub fn count_as_backup(sk: u64) {
-    if let Some(recent) = TIME_WAIT_RECENT.get_ptr_mut(0) {
-        // SAFETY: as above.
-        let recent = unsafe { &mut *recent };
-        for slot in recent.socks.iter_mut() {
-            if *slot == sk {
-                *slot = 0;
-                return;
-            }
+pub fn count_once_per_pair(sk: u64) {
+    let Some(recent) = TIME_WAIT_RECENT.get_ptr_mut(0) else {
+        return count_time_wait(sk);
+    };
+    // SAFETY: this CPU's copy. Only an interrupt can run in between, and
+    // it runs a program of the pair only if that one is not running here.
+    let recent = unsafe { &mut *recent };
+    for slot in recent.socks.iter_mut() {
+        if *slot == sk {
+            *slot = 0;
+            return;
         }
     }
     count_time_wait(sk);
+    // A free slot first: a note still waiting for its pair (an interrupted
+    // run) must not be overwritten by the events of the interrupt.
+    match recent.socks.iter_mut().find(|slot| **slot == 0) {
+        Some(slot) => *slot = sk,
+        None => {
+            recent.socks[(recent.next as usize) % RecentlyCounted::SLOTS] = sk;
+            recent.next = recent.next.wrapping_add(1);
+        }
+    }
 }
 
 /// Charge one TIME_WAIT entry to the socket's owner; a socket opened before

@@ -72,11 +72,12 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
 3. **Lost TIME_WAIT entries under load**: with 80000 connections per run,
    3 of 7 observer runs were short by 1 to 124 TIME_WAIT entries, with a few
    hundred runs skipped by the kernel (nested into the same program on that
-   CPU). Fix: the TIME_WAIT counting has a primary program and a backup
-   program attached right after it on the same hook; the backup counts
-   exactly the events the primary did not see (observer-ebpf's
-   time_wait.rs). The tracepoint primary moved into `sock_state`, so the
-   number of program runs per cycle stayed 20. After: 5 of 5 runs of 80000
+   CPU). Fix: TIME_WAIT entries are counted by a pair of programs on the
+   same hook; the first of the two to run counts and notes the socket in a
+   per-CPU list, the second takes the note off, so an event the kernel gave
+   to only one of them is still counted once (observer-ebpf's
+   time_wait.rs). In tracepoint mode one of the pair is `sock_state`, so
+   the number of program runs per cycle stayed 20. After: 5 of 5 runs of 80000
    exact, with 440 skipped runs.
 4. **The floor**: one *empty* program on `sys_enter_connect` alone costs
    about 3% (median 0.97 over 5 pairs, spread 0.94-1.05): enabling any

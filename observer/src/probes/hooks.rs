@@ -63,13 +63,14 @@ enum Flag {
 /// One way to attach a hook.
 #[derive(Debug)]
 enum Way {
-    /// `backup`: a second program on the same function, attached right
-    /// after, that counts the events the kernel did not give the first
-    /// (nested runs; see observer-ebpf's time_wait.rs).
+    /// `twin`: a second program on the same function; of the two, the
+    /// first to run counts, so an event the kernel did not give one of
+    /// them (a nested run) is still counted (see observer-ebpf's
+    /// time_wait.rs).
     Fentry {
         prog: &'static str,
         function: &'static str,
-        backup: Option<&'static str>,
+        twin: Option<&'static str>,
     },
     Fexit {
         prog: &'static str,
@@ -90,13 +91,13 @@ enum Way {
         event: &'static str,
     },
     /// Counted by programs attached for other hooks (see `ALWAYS`), once
-    /// this flag tells them to; `backup` is a tp_btf program attached after
+    /// this flag tells them to; `twin` is a tp_btf program attached after
     /// those (see `Fentry`).
     SharedTracepoint {
         flag: Flag,
         mode: Mode,
         via: &'static str,
-        backup: Option<BtfBackup>,
+        twin: Option<BtfTwin>,
     },
 }
 
@@ -126,8 +127,8 @@ impl Way {
 
     fn programs(&self) -> Vec<&'static str> {
         match self {
-            Way::Fentry { prog, backup: Some(backup), .. } => vec![*prog, *backup],
-            Way::SharedTracepoint { backup: Some(b), .. } => vec![b.prog],
+            Way::Fentry { prog, twin: Some(twin), .. } => vec![*prog, *twin],
+            Way::SharedTracepoint { twin: Some(b), .. } => vec![b.prog],
             Way::Fentry { prog, .. }
             | Way::Fexit { prog, .. }
             | Way::Kprobe { prog, .. }
@@ -139,9 +140,9 @@ impl Way {
     }
 }
 
-/// A tp_btf backup program (see `Way::Fentry`).
+/// A tp_btf twin program (see `Way::Fentry`).
 #[derive(Debug)]
-struct BtfBackup {
+struct BtfTwin {
     prog: &'static str,
     event: &'static str,
 }
@@ -157,13 +158,13 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: "tcp_connect",
         ways: &[
-            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect", backup: None },
+            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect", twin: None },
             Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect" },
             Way::SharedTracepoint {
                 flag: Flag::ConnectsFromSyscall,
                 mode: Mode::Tracepoint,
                 via: "syscalls/sys_exit_connect after inet_sock_set_state CLOSE->SYN_SENT",
-                backup: None,
+                twin: None,
             },
         ],
     },
@@ -184,14 +185,14 @@ pub static HOOKS: &[Hook] = &[
             Way::Fentry {
                 prog: "tcp_time_wait_fentry",
                 function: "tcp_time_wait",
-                backup: Some("tcp_time_wait_fentry_backup"),
+                twin: Some("tcp_time_wait_fentry_twin"),
             },
             Way::Kprobe { prog: "tcp_time_wait_kprobe", function: "tcp_time_wait" },
             Way::SharedTracepoint {
                 flag: Flag::TimeWaitFromState,
                 mode: Mode::BtfTracepoint,
                 via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error, in sock_state",
-                backup: Some(BtfBackup { prog: "time_wait_backup", event: "inet_sock_set_state" }),
+                twin: Some(BtfTwin { prog: "time_wait_twin", event: "inet_sock_set_state" }),
             },
         ],
     },
@@ -217,15 +218,15 @@ static ALWAYS: &[Hook] = &[
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
     let mut attached = Vec::new();
     let mut config = Config::default();
-    let mut backups = Vec::new();
+    let mut twins = Vec::new();
     for hook in HOOKS {
         let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
-        if let Way::SharedTracepoint { flag, backup, .. } = way {
+        if let Way::SharedTracepoint { flag, twin, .. } = way {
             match flag {
                 Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
                 Flag::TimeWaitFromState => config.time_wait_from_state = 1,
             }
-            backups.extend(backup.as_ref().map(|b| (hook.name, b)));
+            twins.extend(twin.as_ref().map(|b| (hook.name, b)));
         }
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
@@ -235,10 +236,10 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
         let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
-    // After the shared programs: a backup must run after its primary.
-    for (hook, backup) in backups {
-        let way = Way::BtfTracepoint { prog: backup.prog, event: backup.event };
-        try_way(ebpf, btf, &way).map_err(|e| Error::Attach { hook, tried: format!("backup {}: {e}", backup.prog) })?;
+    // After the shared programs, which read the flags written above.
+    for (hook, twin) in twins {
+        let way = Way::BtfTracepoint { prog: twin.prog, event: twin.event };
+        try_way(ebpf, btf, &way).map_err(|e| Error::Attach { hook, tried: format!("twin {}: {e}", twin.prog) })?;
     }
     Ok(attached)
 }
@@ -287,9 +288,8 @@ where
 fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
     let err = |e: aya::programs::ProgramError| error_chain(&e);
     match *way {
-        Way::Fentry { prog, function, backup } => {
-            // Programs on one trampoline run in attach order.
-            for prog in std::iter::once(prog).chain(backup) {
+        Way::Fentry { prog, function, twin } => {
+            for prog in std::iter::once(prog).chain(twin) {
                 let p: &mut FEntry = program(ebpf, prog)?;
                 p.load(function, btf).map_err(err)?;
                 p.attach().map_err(err)?;
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn forced_modes_filter_ways() {
-        let fentry = Way::Fentry { prog: "p", function: "f", backup: None };
+        let fentry = Way::Fentry { prog: "p", function: "f", twin: None };
         assert!(fentry.allowed_in(AttachMode::Auto));
         assert!(fentry.allowed_in(AttachMode::Fentry));
         assert!(!fentry.allowed_in(AttachMode::Kprobe));

@@ -46,6 +46,24 @@ impl Default for RunConfig {
     }
 }
 
+impl RunConfig {
+    /// The settings as a configuration file (`observer run --dry-run`).
+    pub fn to_toml(&self) -> String {
+        format!(
+            "prometheus-listen = \"{}\"\ninterval = \"{}\"\ngrace = \"{}\"\nattach-mode = \"{}\"\n\
+             max-processes = {}\nmax-destinations = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n",
+            self.prometheus_listen,
+            humantime::format_duration(self.interval),
+            humantime::format_duration(self.grace),
+            self.attach_mode,
+            self.limits.max_processes,
+            self.limits.max_destinations,
+            self.proc_root.display(),
+            self.kernel_btf.display(),
+        )
+    }
+}
+
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let listener = http::bind(config.prometheus_listen).await?;
     let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf)?;

@@ -47,4 +47,7 @@ pub enum Error {
 
     #[error("metrics pipeline: {0}")]
     Export(String),
+
+    #[error("configuration file {path}: {message}")]
+    Config { path: PathBuf, message: String },
 }

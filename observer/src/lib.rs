@@ -3,6 +3,7 @@
 //! CLI (`cli`) drives it, the daemon (`daemon::run`) wires it together.
 pub mod cli;
 pub mod collect;
+pub mod config;
 pub mod daemon;
 pub mod error;
 pub mod export;

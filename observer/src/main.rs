@@ -14,7 +14,17 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Run(args) => run(args.into_config()),
+        Command::Run(args) => {
+            let dry_run = args.dry_run;
+            match args.into_config() {
+                Ok(config) if dry_run => {
+                    print!("{}", config.to_toml());
+                    Ok(())
+                }
+                Ok(config) => run(config),
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

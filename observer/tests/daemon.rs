@@ -238,3 +238,87 @@ fn a_sigterm_while_the_probes_load_stops_the_daemon_cleanly() {
     assert!(status.success(), "{status:?}: a signal during loading must not kill the daemon uncleanly\n{log}");
     assert!(log.contains("shutting down"), "{log}");
 }
+
+/// `observer run --dry-run` with `env` set: (exit code, stdout, stderr).
+fn dry_run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(OBSERVER).arg("run").arg("--dry-run").args(args).envs(env.iter().copied()).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A configuration file in the temp directory, removed on drop.
+struct ConfigFile(std::path::PathBuf);
+
+fn config_file(text: &str) -> ConfigFile {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "observer-test-{}-{}.toml",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, text).unwrap();
+    ConfigFile(path)
+}
+
+impl ConfigFile {
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn settings_come_from_flag_then_environment_then_file_then_default() {
+    let file = config_file("interval = \"7s\"\ngrace = \"3m\"\nmax-processes = 50\n");
+    let (code, out, err) = dry_run(
+        &["--config", file.path(), "--interval", "9s"],
+        &[("OBSERVER_INTERVAL", "8s"), ("OBSERVER_GRACE", "4m")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("interval = \"9s\""), "flag beats environment and file:\n{out}");
+    assert!(out.contains("grace = \"4m\""), "environment beats file:\n{out}");
+    assert!(out.contains("max-processes = 50"), "file beats default:\n{out}");
+    assert!(out.contains("max-destinations = 100"), "default:\n{out}");
+    // The printed settings are themselves a valid configuration file.
+    let printed = config_file(&out);
+    let (code, again, err) = dry_run(&["--config", printed.path()], &[]);
+    assert_eq!((code, again.as_str()), (0, out.as_str()), "{err}");
+    // The file can come from the environment too.
+    let (code, out, _) = dry_run(&[], &[("OBSERVER_CONFIG", file.path())]);
+    assert_eq!(code, 0);
+    assert!(out.contains("interval = \"7s\""), "{out}");
+}
+
+#[test]
+fn a_bad_configuration_file_is_one_error_naming_the_key_and_line() {
+    for (text, expect) in [
+        ("interval = \"5s\"\nintervall = \"5s\"\n", ["line 2", "unknown field `intervall`"]),
+        ("\ngrace = \"soon\"\n", ["line 2", "not a duration"]),
+        ("prometheus-listen = \"localhost\"\n", ["line 1", "invalid socket address"]),
+    ] {
+        let file = config_file(text);
+        let (code, _, err) = dry_run(&["--config", file.path()], &[]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.starts_with(&format!("error: configuration file {}", file.path())), "{err}");
+        for want in expect {
+            assert!(err.contains(want), "{want:?} not in: {err}");
+        }
+        assert_eq!(err.matches("error:").count(), 1, "one error: {err}");
+    }
+    let (code, _, err) = dry_run(&["--config", "/nonexistent/observer.toml"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/observer.toml") && err.contains("cannot read it"), "{err}");
+    // Environment values are checked like flags.
+    let (code, _, err) = dry_run(&[], &[("OBSERVER_INTERVAL", "soon")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a duration"), "{err}");
+}

@@ -3,89 +3,113 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use crate::{daemon::RunConfig, export::Limits, probes::AttachMode};
+use crate::{
+    config::{FileConfig, SERIES_LIMIT, parse_grace, parse_interval},
+    daemon::RunConfig,
+    error::Error,
+    export::Limits,
+    probes::AttachMode,
+};
 
 /// Attach the probes and serve metrics until SIGINT/SIGTERM.
 ///
 /// Example: `observer run --prometheus-listen 0.0.0.0:9464 --interval 10s`,
 /// then `curl localhost:9464/metrics | grep observer_tcp_connect_errors_total`
 /// shows who fails to connect, to where, with which errno.
+///
+/// Every setting comes from, in order: its flag, its environment variable,
+/// the configuration file (--config; its keys are the flag names, e.g.
+/// `interval = "10s"`), the default. `--dry-run` prints the result.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Address of the Prometheus endpoint (/metrics, /healthz, /readyz).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
-    pub prometheus_listen: SocketAddr,
+    /// Configuration file (TOML), checked whole at start: an unknown key or
+    /// a bad value is an error naming the key and the line.
+    #[arg(long, value_name = "FILE", env = "OBSERVER_CONFIG")]
+    pub config: Option<PathBuf>,
 
-    /// How often the kernel counters are read (e.g. 500ms, 5s, 1m).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_interval)]
-    pub interval: Duration,
+    /// Check the configuration, print the settings in effect (as a
+    /// configuration file) and exit, without loading anything.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Address of the Prometheus endpoint (/metrics, /healthz, /readyz)
+    /// [default: 127.0.0.1:9464].
+    #[arg(long, value_name = "ADDR", env = "OBSERVER_PROMETHEUS_LISTEN")]
+    pub prometheus_listen: Option<SocketAddr>,
+
+    /// How often the kernel counters are read, e.g. 500ms, 5s, 1m
+    /// [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, env = "OBSERVER_INTERVAL")]
+    pub interval: Option<Duration>,
 
     /// How long a process's series stay after it exits, so a scrape after a
-    /// short-lived client still sees its counts.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_grace)]
-    pub grace: Duration,
+    /// short-lived client still sees its counts [default: 2m].
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace, env = "OBSERVER_GRACE")]
+    pub grace: Option<Duration>,
 
     /// Force an attach mode for the hooks that have a choice (auto tries
-    /// fentry, then kprobe, then tracepoints).
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub attach_mode: AttachMode,
+    /// fentry, then kprobe, then tracepoints) [default: auto].
+    #[arg(long, value_enum, env = "OBSERVER_ATTACH_MODE")]
+    pub attach_mode: Option<AttachMode>,
 
-    /// Processes that get their own series; more are counted as "other".
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_processes as u32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_processes: u32,
+    /// Processes that get their own series; more are counted as "other"
+    /// [default: 200].
+    #[arg(long, value_name = "N", value_parser = series_limit, env = "OBSERVER_MAX_PROCESSES")]
+    pub max_processes: Option<u32>,
 
     /// Destinations (address, port) that get their own series; more are
-    /// counted as "other".
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_destinations as u32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_destinations: u32,
+    /// counted as "other" [default: 100].
+    #[arg(long, value_name = "N", value_parser = series_limit, env = "OBSERVER_MAX_DESTINATIONS")]
+    pub max_destinations: Option<u32>,
 
     /// The host's /proc, to find every network namespace (set it when
-    /// running in a container with the host's /proc mounted elsewhere).
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
-    pub proc_root: PathBuf,
+    /// running in a container with the host's /proc mounted elsewhere)
+    /// [default: /proc].
+    #[arg(long, value_name = "DIR", env = "OBSERVER_PROC_ROOT")]
+    pub proc_root: Option<PathBuf>,
 
     /// The running kernel's BTF; point it at a BTFHub file on kernels built
-    /// without CONFIG_DEBUG_INFO_BTF.
-    #[arg(long, value_name = "FILE", default_value = crate::probes::offsets::VMLINUX_BTF)]
-    pub kernel_btf: PathBuf,
+    /// without CONFIG_DEBUG_INFO_BTF [default: /sys/kernel/btf/vmlinux].
+    #[arg(long, value_name = "FILE", env = "OBSERVER_KERNEL_BTF")]
+    pub kernel_btf: Option<PathBuf>,
 }
 
 impl RunArgs {
-    pub fn into_config(self) -> RunConfig {
-        RunConfig {
-            prometheus_listen: self.prometheus_listen,
-            interval: self.interval,
-            grace: self.grace,
-            attach_mode: self.attach_mode,
+    /// The settings in effect: flag or environment (clap has already
+    /// preferred the flag), else the file, else the default.
+    pub fn into_config(self) -> Result<RunConfig, Error> {
+        let file = match &self.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        let default = RunConfig::default();
+        Ok(RunConfig {
+            prometheus_listen: self.prometheus_listen.or(file.prometheus_listen).unwrap_or(default.prometheus_listen),
+            interval: self.interval.or(file.interval).unwrap_or(default.interval),
+            grace: self.grace.or(file.grace).unwrap_or(default.grace),
+            attach_mode: self.attach_mode.or(file.attach_mode).unwrap_or(default.attach_mode),
             limits: Limits {
-                max_processes: self.max_processes as usize,
-                max_destinations: self.max_destinations as usize,
+                max_processes: self
+                    .max_processes
+                    .or(file.max_processes)
+                    .map_or(default.limits.max_processes, |n| n as usize),
+                max_destinations: self
+                    .max_destinations
+                    .or(file.max_destinations)
+                    .map_or(default.limits.max_destinations, |n| n as usize),
             },
-            proc_root: self.proc_root,
-            kernel_btf: self.kernel_btf,
-        }
+            proc_root: self.proc_root.or(file.proc_root).unwrap_or(default.proc_root),
+            kernel_btf: self.kernel_btf.or(file.kernel_btf).unwrap_or(default.kernel_btf),
+        })
     }
 }
 
-fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 5s or 1m"))?;
-    if d < min || d > max {
-        return Err(format!(
-            "{s} is out of range: use between {} and {}",
-            humantime::format_duration(min),
-            humantime::format_duration(max)
-        ));
+fn series_limit(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !SERIES_LIMIT.contains(&n) {
+        return Err(format!("{n} is out of range: use {} to {}", SERIES_LIMIT.start(), SERIES_LIMIT.end()));
     }
-    Ok(d)
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    parse_duration(s, Duration::from_millis(100), Duration::from_secs(3600))
-}
-
-fn parse_grace(s: &str) -> Result<Duration, String> {
-    parse_duration(s, Duration::ZERO, Duration::from_secs(24 * 3600))
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -106,7 +130,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_documented_ones() {
-        let c = parse(&[]).unwrap().into_config();
+        let c = parse(&[]).unwrap().into_config().unwrap();
         assert_eq!(c.prometheus_listen, "127.0.0.1:9464".parse().unwrap());
         assert_eq!(c.interval, Duration::from_secs(5));
         assert_eq!(c.attach_mode, AttachMode::Auto);
@@ -114,7 +138,7 @@ mod tests {
 
     #[test]
     fn durations_parse_and_are_bounded() {
-        assert_eq!(parse(&["--interval", "500ms"]).unwrap().interval, Duration::from_millis(500));
+        assert_eq!(parse(&["--interval", "500ms"]).unwrap().interval, Some(Duration::from_millis(500)));
         let e = parse(&["--interval", "five"]).unwrap_err();
         assert!(e.contains("not a duration"), "{e}");
         let e = parse(&["--interval", "1ms"]).unwrap_err();

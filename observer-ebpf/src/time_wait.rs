@@ -13,8 +13,10 @@
 //! finds the note and takes it off (`count_once_per_pair`). The order of
 //! the two does not matter (an fentry trampoline runs the newest program
 //! first on some kernels, tracepoints the oldest).
-//! Kprobes need no pair: they share one busy flag, which the second would
-//! trip over just the same.
+//! The twin of the kprobe is `sock_state` (tp_btf): kprobes share one
+//! busy flag, which a second kprobe would trip over just the same. The two
+//! see the same events: every tcp_time_wait() call ends in tcp_done(), the
+//! FIN_WAIT2/CLOSING -> CLOSE change `sock_state` counts, on the same CPU.
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, kprobe},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext},
@@ -43,10 +45,13 @@ pub fn tcp_time_wait_fentry_twin(ctx: FEntryContext) -> u32 {
 }
 
 /// Same as `tcp_time_wait_fentry`, for kernels where fentry is unavailable.
+/// Its twin is `sock_state` (tp_btf): kprobes share one per-CPU busy flag
+/// with the tracepoint programs, so a second kprobe would be skipped
+/// together with this one, while a tp_btf program is not.
 #[kprobe]
 pub fn tcp_time_wait_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg::<u64>(0) {
-        count_time_wait(sk);
+        count_once_per_pair(sk);
     }
     0
 }

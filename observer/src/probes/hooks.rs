@@ -76,9 +76,12 @@ enum Way {
         prog: &'static str,
         function: &'static str,
     },
+    /// `flag`: also turns on counting in the shared tracepoint programs
+    /// (as the twin of this kprobe, see observer-ebpf's time_wait.rs).
     Kprobe {
         prog: &'static str,
         function: &'static str,
+        flag: Option<Flag>,
     },
     Kretprobe {
         prog: &'static str,
@@ -159,7 +162,7 @@ pub static HOOKS: &[Hook] = &[
         name: "tcp_connect",
         ways: &[
             Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect", twin: None },
-            Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect" },
+            Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect", flag: None },
             Way::SharedTracepoint {
                 flag: Flag::ConnectsFromSyscall,
                 mode: Mode::Tracepoint,
@@ -187,7 +190,15 @@ pub static HOOKS: &[Hook] = &[
                 function: "tcp_time_wait",
                 twin: Some("tcp_time_wait_fentry_twin"),
             },
-            Way::Kprobe { prog: "tcp_time_wait_kprobe", function: "tcp_time_wait" },
+            // kprobes share one per-CPU busy flag with tracepoint programs,
+            // so a softirq-time tcp_time_wait is skipped while any of them
+            // runs (silently before Linux 6.7); `sock_state` (tp_btf, not
+            // subject to that flag) counts as its twin.
+            Way::Kprobe {
+                prog: "tcp_time_wait_kprobe",
+                function: "tcp_time_wait",
+                flag: Some(Flag::TimeWaitFromState),
+            },
             Way::SharedTracepoint {
                 flag: Flag::TimeWaitFromState,
                 mode: Mode::BtfTracepoint,
@@ -221,12 +232,18 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
     let mut twins = Vec::new();
     for hook in HOOKS {
         let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
-        if let Way::SharedTracepoint { flag, twin, .. } = way {
-            match flag {
-                Flag::ConnectsFromSyscall => config.connects_from_syscall = 1,
-                Flag::TimeWaitFromState => config.time_wait_from_state = 1,
+        let flag = match way {
+            Way::SharedTracepoint { flag, twin, .. } => {
+                twins.extend(twin.as_ref().map(|b| (hook.name, b)));
+                Some(flag)
             }
-            twins.extend(twin.as_ref().map(|b| (hook.name, b)));
+            Way::Kprobe { flag, .. } => flag.as_ref(),
+            _ => None,
+        };
+        match flag {
+            Some(Flag::ConnectsFromSyscall) => config.connects_from_syscall = 1,
+            Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
+            None => {}
         }
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
@@ -302,7 +319,7 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             p.attach().map_err(err)?;
             Ok(function.to_string())
         }
-        Way::Kprobe { prog, function } | Way::Kretprobe { prog, function } => {
+        Way::Kprobe { prog, function, .. } | Way::Kretprobe { prog, function } => {
             let p: &mut KProbe = program(ebpf, prog)?;
             p.load().map_err(err)?;
             p.attach(function, 0).map_err(err)?;

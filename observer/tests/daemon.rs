@@ -31,11 +31,16 @@ fn free_port() -> u16 {
 }
 
 fn start_daemon(extra: &[&str]) -> Daemon {
+    start_daemon_with_env(extra, &[])
+}
+
+fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
     let port = free_port();
     let child = Command::new(OBSERVER)
         .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
         .args(["--attach-mode", &common::test_mode().to_string()])
         .args(extra)
+        .envs(env.iter().copied())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -321,4 +326,33 @@ fn a_bad_configuration_file_is_one_error_naming_the_key_and_line() {
     let (code, _, err) = dry_run(&[], &[("OBSERVER_INTERVAL", "soon")]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not a duration"), "{err}");
+}
+
+#[test]
+fn the_resource_names_the_service_node_and_host_and_honours_the_otel_environment() {
+    let daemon = start_daemon_with_env(
+        &[],
+        &[("NODE_NAME", "node-test-7"), ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=ci,team=sre")],
+    );
+    let body = scrape(daemon.port).expect("scrape");
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let host_label = format!("host_name=\"{host}\"");
+    let labels = [
+        "service_name=\"observer\"",
+        concat!("service_version=\"", env!("CARGO_PKG_VERSION"), "\""),
+        "service_instance_id=\"node-test-7\"",
+        "k8s_node_name=\"node-test-7\"",
+        "os_type=\"linux\"",
+        host_label.as_str(),
+        "deployment_environment_name=\"ci\"",
+        "team=\"sre\"",
+    ];
+    assert_eq!(sample(&body, "target_info", &labels), Some(1), "{body}");
+    drop(daemon);
+
+    let daemon = start_daemon_with_env(&[], &[("OTEL_SERVICE_NAME", "observer-ci")]);
+    let body = scrape(daemon.port).expect("scrape");
+    let labels = ["service_name=\"observer-ci\"", host_label.as_str()];
+    assert_eq!(sample(&body, "target_info", &labels), Some(1), "{body}");
+    assert!(!body.contains("k8s_node_name"), "no NODE_NAME, no node label: {body}");
 }

@@ -3,6 +3,7 @@
 //! computed by the collector; and because the SDK then reports only the
 //! series observed in each collection, a retired process's series vanish.
 pub mod http;
+pub mod resource;
 pub mod series;
 
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use opentelemetry::{
     KeyValue,
     metrics::{Meter, MeterProvider as _},
 };
-use opentelemetry_sdk::{Resource, metrics::SdkMeterProvider};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use series::{Dest, NetworkType, Who};
 pub use series::{Limits, SeriesStore};
@@ -46,11 +47,8 @@ impl Metrics {
             .scope_info_enabled(false)
             .build()
             .map_err(|e| Error::Export(e.to_string()))?;
-        let resource = Resource::builder()
-            .with_service_name("observer")
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build();
-        let provider = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource).build();
+        let provider =
+            SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment()).build();
         register(&provider.meter("observer"), state);
         Ok(Self { provider, registry })
     }

@@ -69,6 +69,22 @@ impl Netns {
         run(self.command("ss").args(["-Htan", "state", state])).lines().count() as u64
     }
 
+    /// Sockets that entered TIME_WAIT in this namespace and have not
+    /// expired (TIME_WAIT lasts 60 s): those in it now (`ss`), plus those
+    /// that left it early, reused by a new connection (TcpExtTWRecycled) or
+    /// killed (TcpExtTWKilled). Read until none left TIME_WAIT during the
+    /// read, so none is counted twice.
+    pub fn time_wait_entered(&self) -> u64 {
+        let left = || self.nstat("TcpExtTWRecycled") + self.nstat("TcpExtTWKilled");
+        loop {
+            let before = left();
+            let now = self.ss_count("time-wait");
+            if left() == before {
+                return now + before;
+            }
+        }
+    }
+
     /// Connections waiting in the accept queue of the listener on `port`
     /// (`ss -lnt` Recv-Q).
     pub fn accept_queue(&self, port: u16) -> u64 {

@@ -10,9 +10,14 @@
 //! both see every event unless one of them was nested into; interrupts nest
 //! one level per CPU, so at least one runs. The first to run counts and
 //! notes the socket in a per-CPU list (`TIME_WAIT_RECENT`), the second
-//! finds the note and takes it off (`count_once_per_pair`). The order of
-//! the two does not matter (an fentry trampoline runs the newest program
-//! first on some kernels, tracepoints the oldest).
+//! finds the note and takes it off (`count_once_per_pair`). Which of the
+//! two runs first does not matter for the count (an fentry trampoline runs
+//! the newest program first on some kernels, tracepoints the oldest), but
+//! `sock_state`, which forgets the socket's owner at CLOSE, must run second:
+//! a note left behind by a skipped twin makes the next socket at that
+//! address count on the twin that runs second, which must still find the
+//! owner. So `time_wait_twin` is attached before `sock_state`, and the
+//! kprobe fires before tcp_done() reaches the tracepoint.
 //! The twin of the kprobe is `sock_state` (tp_btf): kprobes share one
 //! busy flag, which a second kprobe would trip over just the same. The two
 //! see the same events: every tcp_time_wait() call ends in tcp_done(), the
@@ -59,7 +64,7 @@ pub fn tcp_time_wait_kprobe(ctx: ProbeContext) -> u32 {
 /// Fallback where neither fentry nor kprobes exist, on inet_sock_set_state
 /// (TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)):
 /// `sock_state` is one program of the pair (see `is_time_wait_entry`), this
-/// one the other.
+/// one, attached before it, the other.
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn time_wait_twin(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);

@@ -94,7 +94,7 @@ enum Way {
         event: &'static str,
     },
     /// Counted by programs attached for other hooks (see `ALWAYS`), once
-    /// this flag tells them to; `twin` is a tp_btf program attached after
+    /// this flag tells them to; `twin` is a tp_btf program attached before
     /// those (see `Fentry`).
     SharedTracepoint {
         flag: Flag,
@@ -229,14 +229,10 @@ static ALWAYS: &[Hook] = &[
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
     let mut attached = Vec::new();
     let mut config = Config::default();
-    let mut twins = Vec::new();
     for hook in HOOKS {
         let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
         let flag = match way {
-            Way::SharedTracepoint { flag, twin, .. } => {
-                twins.extend(twin.as_ref().map(|b| (hook.name, b)));
-                Some(flag)
-            }
+            Way::SharedTracepoint { flag, .. } => Some(flag),
             Way::Kprobe { flag, .. } => flag.as_ref(),
             _ => None,
         };
@@ -252,11 +248,6 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
     for hook in ALWAYS {
         let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
-    }
-    // After the shared programs, which read the flags written above.
-    for (hook, twin) in twins {
-        let way = Way::BtfTracepoint { prog: twin.prog, event: twin.event };
-        try_way(ebpf, btf, &way).map_err(|e| Error::Attach { hook, tried: format!("twin {}: {e}", twin.prog) })?;
     }
     Ok(attached)
 }
@@ -339,7 +330,16 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             p.attach().map_err(err)?;
             Ok(event.to_string())
         }
-        Way::SharedTracepoint { via, .. } => Ok(via.to_string()),
+        Way::SharedTracepoint { via, ref twin, .. } => {
+            // The twin attaches now, before the shared programs (ALWAYS):
+            // on a tracepoint the older program runs first, and the twin
+            // must run before `sock_state`, which forgets the socket's
+            // owner at CLOSE (see observer-ebpf's time_wait.rs).
+            if let Some(twin) = twin {
+                try_way(ebpf, btf, &Way::BtfTracepoint { prog: twin.prog, event: twin.event })?;
+            }
+            Ok(via.to_string())
+        }
     }
 }
 

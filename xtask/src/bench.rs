@@ -83,7 +83,8 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    (5 of 9 runs short for the generator's pid, right total); the twin now
    runs first. After: 8 of 8 runs exact with 919 skipped runs.
 4. **The floor**: one *empty* program on `sys_enter_connect` alone costs
-   about 3% (median 0.97 over 5 pairs, spread 0.94-1.05): enabling any
+   0-3% (medians 0.97 to 1.01 over several bench runs, single pairs
+   0.94-1.09): enabling any
    syscall tracepoint sends every syscall of every task through the
    kernel's slow syscall path. On a kernel without fentry and kprobes (this
    one), the errno connect() returned is only visible there, so 0.97 is the

@@ -127,13 +127,16 @@ fn collect_loop(
                 // Cumulative in the kernel: read as is, no delta needed.
                 st.missed =
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
+                st.collection_seconds = started.elapsed().as_secs_f64();
             }
-            // One log line per failure streak, not one per interval.
-            Err(e) if !failing => {
-                warn!(error = %e, "collection failed; will retry every interval");
-                failing = true;
+            Err(e) => {
+                state.lock().unwrap_or_else(|p| p.into_inner()).collection_failures += 1;
+                // One log line per failure streak, not one per interval.
+                if !failing {
+                    warn!(error = %e, "collection failed; will retry every interval");
+                    failing = true;
+                }
             }
-            Err(_) => {}
         }
         let next = interval.saturating_sub(started.elapsed());
         match stop.recv_timeout(next) {

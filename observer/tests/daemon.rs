@@ -106,6 +106,13 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
         assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
     }
+    // Self-telemetry: a collection took some time, none failed.
+    let duration = body
+        .lines()
+        .find_map(|l| l.strip_prefix("observer_collection_duration_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(duration.is_some_and(|d| d > 0.0 && d < 10.0), "{body}");
+    assert!(body.lines().any(|l| l == "observer_collection_failures_total 0"), "{body}");
     // The kernel's skipped runs are reported for every program, zero or not.
     for program in ["sock_state", "connect_exit", "process_exit"] {
         let labels = [format!("program=\"{program}\"")];

@@ -30,6 +30,10 @@ pub struct State {
     pub map_fill: Vec<(&'static str, u64, u64)>,
     /// (hook, program, runs the kernel skipped), cumulative.
     pub missed: Vec<(&'static str, &'static str, u64)>,
+    /// How long the last successful collection took.
+    pub collection_seconds: f64,
+    /// Collections that failed (each retried at the next interval).
+    pub collection_failures: u64,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -194,6 +198,31 @@ fn register(meter: &Meter, state: Shared) {
             for (hook, program, value) in &st.missed {
                 obs.observe(*value, &[KeyValue::new("hook", *hook), KeyValue::new("program", *program)]);
             }
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .f64_observable_gauge("observer.collection.duration")
+        .with_description(
+            "How long the last read of the kernel maps (and sock_diag sweep) took; near the interval means \
+             collections fall behind",
+        )
+        .with_unit("s")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            obs.observe(st.collection_seconds, &[]);
+        })
+        .build();
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.collection.failures")
+        .with_description("Collections that failed (logged once per streak, retried every interval)")
+        .with_unit("{collection}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            obs.observe(st.collection_failures, &[]);
         })
         .build();
 

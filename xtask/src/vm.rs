@@ -62,7 +62,7 @@ pub fn setup() -> Result<Vec<Kernel>> {
         run_cmd(Command::new(venv.join("bin/pip")).args(["install", "-q", &format!("virtme-ng=={VIRTME_NG}")]))
             .context("pip install virtme-ng failed (no network to PyPI?)")?;
     }
-    SERIES.iter().map(|s| fetch_kernel(s)).collect()
+    SERIES.iter().map(fetch_kernel).collect()
 }
 
 fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Result<Kernel> {

@@ -194,7 +194,6 @@ fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    drop(record);
     let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     println!("connected={connected} held={holding} errors={} seconds={seconds:.3}", errors.join(","));
 }

@@ -297,10 +297,19 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
     let err = |e: aya::programs::ProgramError| error_chain(&e);
     match *way {
         Way::Fentry { prog, function, twin } => {
-            for prog in std::iter::once(prog).chain(twin) {
+            let attach = |ebpf: &mut Ebpf, prog: &str| -> Result<(), String> {
                 let p: &mut FEntry = program(ebpf, prog)?;
                 p.load(function, btf).map_err(err)?;
-                p.attach().map_err(err)?;
+                p.attach().map(|_| ()).map_err(err)
+            };
+            attach(ebpf, prog)?;
+            if let Some(twin) = twin
+                && let Err(e) = attach(ebpf, twin)
+            {
+                // Never leave half a pair counting while the next way
+                // counts too.
+                let _ = program::<FEntry>(ebpf, prog).map(|p| p.unload());
+                return Err(format!("{twin}: {e}"));
             }
             Ok(function.to_string())
         }

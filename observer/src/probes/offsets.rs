@@ -64,7 +64,7 @@ impl Resolver<'_> {
                 current = self.as_struct(member_type).ok_or_else(|| missing(&format!("`{field}` is not a struct")))?;
             }
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(missing("field is a bitfield; this kernel is too old (Linux 5.6+ needed)"));
         }
         Ok(bits / 8)

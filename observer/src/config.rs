@@ -55,7 +55,18 @@ pub fn parse_grace(s: &str) -> Result<Duration, String> {
     parse_duration(s, Duration::ZERO, Duration::from_secs(24 * 3600))
 }
 
-pub const SERIES_LIMIT: std::ops::RangeInclusive<u32> = 1..=10_000;
+/// How many processes or destinations get their own series.
+pub fn parse_series_limit(s: &str) -> Result<u32, String> {
+    series_limit_in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
+}
+
+fn series_limit_in_range(n: i64) -> Result<u32, String> {
+    const RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+    u32::try_from(n)
+        .ok()
+        .filter(|n| RANGE.contains(n))
+        .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
+}
 
 fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
@@ -87,10 +98,7 @@ fn attach_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<AttachMode>, D:
 }
 
 fn series_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    let n = i64::deserialize(d)?;
-    u32::try_from(n).ok().filter(|n| SERIES_LIMIT.contains(n)).map(Some).ok_or_else(|| {
-        D::Error::custom(format!("{n} is out of range: use {} to {}", SERIES_LIMIT.start(), SERIES_LIMIT.end()))
-    })
+    series_limit_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
 }
 
 #[cfg(test)]

@@ -35,12 +35,11 @@ fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
         started.elapsed() + client_took,
         ns.ss_all()
     );
-    let in_time_wait = entered;
     let server_pid = server.pid();
     collect_until(&mut obs, |o| {
-        o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= in_time_wait
+        o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= entered
     });
-    (obs, ns, client.pid, server_pid, in_time_wait)
+    (obs, ns, client.pid, server_pid, entered)
 }
 
 #[test]

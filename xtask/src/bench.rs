@@ -239,21 +239,10 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-/// Total run time of all loaded BPF programs (kernel.bpf_stats_enabled=1).
-fn bpf_run_seconds() -> f64 {
-    let out = Command::new("bpftool").args(["prog", "show", "-j"]).output();
-    let Ok(out) = out else { return 0.0 };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v.as_array().map(|a| a.iter().filter_map(|p| p["run_time_ns"].as_u64()).sum::<u64>()).unwrap_or(0) as f64 / 1e9
-}
-
-/// Program runs the kernel skipped because the same program was already
-/// running on that CPU (an interrupt nested into it), over all programs.
-fn bpf_recursion_misses() -> u64 {
-    let out = Command::new("bpftool").args(["prog", "show", "-j"]).output();
-    let Ok(out) = out else { return 0 };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v.as_array().map(|a| a.iter().filter_map(|p| p["recursion_misses"].as_u64()).sum()).unwrap_or(0)
+/// `bpftool <args> -j`, parsed; an empty list if bpftool fails.
+fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let Ok(out) = Command::new("bpftool").args(args).arg("-j").output() else { return Vec::new() };
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
 /// observer's programs (names as in observer-ebpf).
@@ -274,26 +263,38 @@ const OBSERVER_PROGRAMS: &[&str] = &[
     "tcp_time_wait_kprobe",
 ];
 
-/// (runs, run time in ns) of each of observer's programs, summed by name
-/// (kernel.bpf_stats_enabled=1).
-fn observer_program_stats() -> std::collections::BTreeMap<String, (u64, u64)> {
-    let mut stats = std::collections::BTreeMap::new();
-    let Ok(out) = Command::new("bpftool").args(["prog", "show", "-j"]).output() else { return stats };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    for p in v.as_array().into_iter().flatten() {
-        let Some(name) = p["name"].as_str().filter(|n| OBSERVER_PROGRAMS.contains(n)) else { continue };
-        let e = stats.entry(name.to_string()).or_insert((0, 0));
-        e.0 += p["run_cnt"].as_u64().unwrap_or(0);
-        e.1 += p["run_time_ns"].as_u64().unwrap_or(0);
+/// The kernel's statistics of every loaded BPF program, from one
+/// `bpftool prog show` (run counts and times need kernel.bpf_stats_enabled=1).
+#[derive(Default)]
+struct ProgramStats {
+    /// Run time of all programs, ns.
+    run_time_ns: u64,
+    /// Runs the kernel skipped because the same program was already running
+    /// on that CPU (an interrupt nested into it), over all programs.
+    recursion_misses: u64,
+    /// (runs, run time in ns) of each of observer's programs, by name.
+    observer: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
+impl ProgramStats {
+    fn read() -> Self {
+        let mut stats = Self::default();
+        for p in bpftool_json(&["prog", "show"]) {
+            let (runs, ns) = (p["run_cnt"].as_u64().unwrap_or(0), p["run_time_ns"].as_u64().unwrap_or(0));
+            stats.run_time_ns += ns;
+            stats.recursion_misses += p["recursion_misses"].as_u64().unwrap_or(0);
+            if let Some(name) = p["name"].as_str().filter(|n| OBSERVER_PROGRAMS.contains(n)) {
+                let e = stats.observer.entry(name.to_string()).or_insert((0, 0));
+                e.0 += runs;
+                e.1 += ns;
+            }
+        }
+        stats
     }
-    stats
 }
 
 fn bpf_map_bytes() -> u64 {
-    let out = Command::new("bpftool").args(["map", "show", "-j"]).output();
-    let Ok(out) = out else { return 0 };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v.as_array().map(|a| a.iter().filter_map(|m| m["bytes_memlock"].as_u64()).sum()).unwrap_or(0)
+    bpftool_json(&["map", "show"]).iter().filter_map(|m| m["bytes_memlock"].as_u64()).sum()
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -328,9 +329,8 @@ fn churn_once(
     let ns = Netns::new(tag)?;
     ns.sysctl("net.ipv4.ip_local_port_range=1024 65535")?;
     let running = start(tracer, observer, "1s")?;
-    let (cpu0, bpf0) = (running.as_ref().map_or(0.0, |r| cpu_seconds(r.child.id())), bpf_run_seconds());
-    let misses0 = bpf_recursion_misses();
-    let programs0 = observer_program_stats();
+    let cpu0 = running.as_ref().map_or(0.0, |r| cpu_seconds(r.child.id()));
+    let before = ProgramStats::read();
     let child = ns
         .exec(churn.to_str().context("path")?)
         .args(["churn", "--threads", &opts.threads.to_string(), "--connections", &opts.connections.to_string()])
@@ -341,12 +341,14 @@ fn churn_once(
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let rate: f64 = field(&text, "rate").and_then(|r| r.parse().ok()).with_context(|| format!("churn said: {text}"))?;
     let cycles: u64 = field(&text, "cycles").and_then(|r| r.parse().ok()).unwrap_or(0);
-    let bpf_cpu = bpf_run_seconds() - bpf0;
-    let misses = bpf_recursion_misses() - misses0;
-    let programs = observer_program_stats()
+    let after = ProgramStats::read();
+    let bpf_cpu = after.run_time_ns.saturating_sub(before.run_time_ns) as f64 / 1e9;
+    let misses = after.recursion_misses.saturating_sub(before.recursion_misses);
+    let programs = after
+        .observer
         .into_iter()
         .map(|(name, (runs, ns))| {
-            let (runs0, ns0) = programs0.get(&name).copied().unwrap_or((0, 0));
+            let (runs0, ns0) = before.observer.get(&name).copied().unwrap_or((0, 0));
             (name, runs.saturating_sub(runs0), ns.saturating_sub(ns0))
         })
         .filter(|(_, runs, _)| *runs > 0)

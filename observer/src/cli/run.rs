@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 
 use crate::{
-    config::{FileConfig, SERIES_LIMIT, parse_grace, parse_interval},
+    config::{FileConfig, parse_grace, parse_interval, parse_series_limit},
     daemon::RunConfig,
     error::Error,
     export::Limits,
@@ -54,12 +54,12 @@ pub struct RunArgs {
 
     /// Processes that get their own series; more are counted as "other"
     /// [default: 200].
-    #[arg(long, value_name = "N", value_parser = series_limit, env = "OBSERVER_MAX_PROCESSES")]
+    #[arg(long, value_name = "N", value_parser = parse_series_limit, env = "OBSERVER_MAX_PROCESSES")]
     pub max_processes: Option<u32>,
 
     /// Destinations (address, port) that get their own series; more are
     /// counted as "other" [default: 100].
-    #[arg(long, value_name = "N", value_parser = series_limit, env = "OBSERVER_MAX_DESTINATIONS")]
+    #[arg(long, value_name = "N", value_parser = parse_series_limit, env = "OBSERVER_MAX_DESTINATIONS")]
     pub max_destinations: Option<u32>,
 
     /// The host's /proc, to find every network namespace (set it when
@@ -102,14 +102,6 @@ impl RunArgs {
             kernel_btf: self.kernel_btf.or(file.kernel_btf).unwrap_or(default.kernel_btf),
         })
     }
-}
-
-fn series_limit(s: &str) -> Result<u32, String> {
-    let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if !SERIES_LIMIT.contains(&n) {
-        return Err(format!("{n} is out of range: use {} to {}", SERIES_LIMIT.start(), SERIES_LIMIT.end()));
-    }
-    Ok(n)
 }
 
 #[cfg(test)]

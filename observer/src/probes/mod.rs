@@ -92,11 +92,6 @@ impl Probes {
         let maps = take_maps(&mut ebpf)?;
         Ok((Self { _ebpf: ebpf, attachments, programs }, maps))
     }
-
-    /// Runs the kernel skipped, summed over all programs (see `stats`).
-    pub fn missed(&self) -> u64 {
-        self.programs.iter().filter_map(|p| p.stats().ok()).map(|s| s.missed).sum()
-    }
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it so map

@@ -264,13 +264,15 @@ impl Drop for Observer {
     /// reads this line to tell such a failure from a counting bug.
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let detail: Vec<String> = self
+            // One read per program: the sum and its parts must agree.
+            let missed: Vec<(&str, u64)> = self
                 .probes
                 .programs
                 .iter()
-                .filter_map(|p| p.stats().ok().filter(|s| s.missed > 0).map(|s| format!("{}={}", p.program, s.missed)))
+                .filter_map(|p| p.stats().ok().filter(|s| s.missed > 0).map(|s| (p.program, s.missed)))
                 .collect();
-            eprintln!("OBSERVER_KERNEL_MISSED={} {}", self.probes.missed(), detail.join(" "));
+            let detail: Vec<String> = missed.iter().map(|(program, n)| format!("{program}={n}")).collect();
+            eprintln!("OBSERVER_KERNEL_MISSED={} {}", missed.iter().map(|(_, n)| n).sum::<u64>(), detail.join(" "));
         }
     }
 }

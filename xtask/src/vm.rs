@@ -4,7 +4,8 @@
 //! tested too. Everything is fetched once and cached under target/.
 //!
 //! The guest sees the host's filesystem (9p), so the test binaries built
-//! here run there unchanged; only the kernel differs.
+//! here run there unchanged (from a snapshot in target/vm/bin); only the
+//! kernel differs.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -47,8 +48,16 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
 }
 
-/// Install qemu, virtme-ng and the kernels; idempotent.
-pub fn setup() -> Result<Vec<Kernel>> {
+/// Install qemu, virtme-ng and the kernels (those of the series in `only`,
+/// if any); idempotent.
+pub fn setup(only: &[String]) -> Result<Vec<Kernel>> {
+    for name in only {
+        anyhow::ensure!(
+            SERIES.iter().any(|(series, ..)| series == name),
+            "no kernel series {name} in the matrix; it has {}",
+            SERIES.iter().map(|(series, ..)| *series).collect::<Vec<_>>().join(", ")
+        );
+    }
     // virtme-ng needs a statically linked busybox for its initramfs.
     setup::apt_install_packages(&["qemu-system-x86", "kmod", "busybox-static"])?;
     let venv = setup::tools_dir().join("vm-venv");
@@ -62,7 +71,7 @@ pub fn setup() -> Result<Vec<Kernel>> {
         run_cmd(Command::new(venv.join("bin/pip")).args(["install", "-q", &format!("virtme-ng=={VIRTME_NG}")]))
             .context("pip install virtme-ng failed (no network to PyPI?)")?;
     }
-    SERIES.iter().map(fetch_kernel).collect()
+    SERIES.iter().filter(|(series, ..)| only.is_empty() || only.iter().any(|o| o == series)).map(fetch_kernel).collect()
 }
 
 fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Result<Kernel> {
@@ -136,31 +145,72 @@ fn newest_package(prefix: &str, suffix: &str) -> Result<String> {
     }
 }
 
-/// The integration-test executables of the observer package.
-pub fn test_binaries(nightly: &str) -> Result<Vec<(String, PathBuf)>> {
+/// What the guest runs: a private copy of the kernel test binaries, the
+/// daemon and the churn generator, taken when the matrix starts, so that
+/// building on the host while the (slow) guests run cannot change what they
+/// execute halfway through.
+pub struct GuestBinaries {
+    pub tests: Vec<(String, PathBuf)>,
+    pub observer: PathBuf,
+    pub churn: PathBuf,
+}
+
+/// Build the observer package's tests and binaries and snapshot the kernel
+/// tests among them (those named in `only`, if any) into target/vm/bin.
+pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
+    for name in only {
+        anyhow::ensure!(
+            KERNEL_TESTS.contains(&name.as_str()),
+            "{name} is not a kernel test; the matrix runs {}",
+            KERNEL_TESTS.join(", ")
+        );
+    }
     let out = Command::new("cargo")
         .current_dir(workspace_root())
         .args(["test", "--package", "observer", "--tests", "--no-run", "--message-format=json"])
         .env("OBSERVER_NIGHTLY", nightly)
         .output()?;
     anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let mut bins = Vec::new();
+    let snapshot = vm_dir().join("bin");
+    let _ = fs::remove_dir_all(&snapshot);
+    fs::create_dir_all(&snapshot)?;
+    let copy = |exe: &str, name: &str| -> Result<PathBuf> {
+        let to = snapshot.join(name);
+        fs::copy(exe, &to).with_context(|| format!("copying {exe} to {}", to.display()))?;
+        Ok(to)
+    };
+    let (mut tests, mut observer, mut churn) = (Vec::new(), None, None);
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        let is_test = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        let Some(exe) = msg["executable"].as_str() else { continue };
+        let kind = |k: &str| msg["target"]["kind"].as_array().is_some_and(|ks| ks.iter().any(|x| x == k));
         let name = msg["target"]["name"].as_str().unwrap_or("?");
-        if let (true, Some(exe)) = (is_test && KERNEL_TESTS.contains(&name), msg["executable"].as_str()) {
-            bins.push((name.to_string(), PathBuf::from(exe)));
+        // `cargo test` also builds each binary as its own unit-test harness.
+        let program = kind("bin") && msg["profile"]["test"] == false;
+        match name {
+            "observer" if program => observer = Some(copy(exe, name)?),
+            "observer-churn" if program => churn = Some(copy(exe, name)?),
+            _ if kind("test")
+                && KERNEL_TESTS.contains(&name)
+                && (only.is_empty() || only.iter().any(|o| o == name)) =>
+            {
+                tests.push((name.to_string(), copy(exe, name)?))
+            }
+            _ => {}
         }
     }
-    Ok(bins)
+    Ok(GuestBinaries {
+        tests,
+        observer: observer.context("cargo built no observer binary")?,
+        churn: churn.context("cargo built no observer-churn binary")?,
+    })
 }
 
 /// Boot `kernel` and run every test binary in every mode; returns the
 /// per-mode summary lines and whether all passed.
-pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) -> Result<(String, bool)> {
+pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool)> {
     let script = vm_dir().join(format!("guest-{}.sh", kernel.series));
     // Shared read-write with the guest: progress and logs can be followed
     // from the host while the (slow) guest runs.
@@ -183,9 +233,9 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
              wait $p\n\
              grep ' attached ' $out/observer-{mode}.log | grep -o 'hook=\"[a-z_]*\" mode=[a-z_]*' | sed 's/^/MATRIX attached /'\n\
              grep -q serving $out/observer-{mode}.log || {{ echo \"MATRIX attach-failed mode={mode}\"; tail -3 $out/observer-{mode}.log; fail=1; }}\n",
-            obs = observer.display()
+            obs = bins.observer.display()
         ));
-        for (name, bin) in bins {
+        for (name, bin) in &bins.tests {
             // One test at a time: each test loads its own probes, and
             // attaching or detaching an fexit program rebuilds the
             // function's BPF trampoline, which makes the kernel skip the
@@ -199,14 +249,15 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
             // retried once; any other failure, or a second one, fails.
             s.push_str(&format!(
                 "log=$out/{name}-{mode}.log; retried=\n\
-                 OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
+                 OBSERVER_TEST_ATTACH_MODE={mode} OBSERVER_CHURN={churn} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
                  if [ $rc != 0 ] && grep -q 'OBSERVER_KERNEL_MISSED=[1-9]' $log; then\n\
                    mv $log $log.first; retried=\"retried after kernel-skipped runs: $(grep -o 'OBSERVER_KERNEL_MISSED=[1-9].*' $log.first | head -1)\"\n\
-                   OBSERVER_TEST_ATTACH_MODE={mode} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
+                   OBSERVER_TEST_ATTACH_MODE={mode} OBSERVER_CHURN={churn} {bin} --test-threads=1 -q >$log 2>&1; rc=$?\n\
                  fi\n\
                  echo \"MATRIX test mode={mode} {name} rc=$rc $(grep '^test result' $log | tail -1) $retried\"\n\
-                 [ $rc = 0 ] || {{ fail=1; grep -A 12 -E 'panicked|FAILED|OBSERVER_KERNEL_MISSED' $log | head -40; }}\n",
-                bin = bin.display()
+                 [ $rc = 0 ] || {{ fail=1; grep -A 60 -E 'panicked|OBSERVER_KERNEL_MISSED' $log | head -150; }}\n",
+                bin = bin.display(),
+                churn = bins.churn.display()
             ));
         }
     }
@@ -236,16 +287,10 @@ pub fn run_kernel(kernel: &Kernel, bins: &[(String, PathBuf)], observer: &Path) 
     let console = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     fs::write(vm_dir().join(format!("console-{}.log", kernel.series)), &console)?;
     let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
-    let report: Vec<&str> = progress
-        .lines()
-        .filter(|l| {
-            l.starts_with("MATRIX")
-                || l.contains("panicked")
-                || l.contains("OBSERVER_KERNEL_MISSED")
-                || l.contains("left:")
-                || l.contains("right:")
-        })
-        .collect();
+    // The guest writes only the MATRIX lines and the excerpts of failed
+    // tests (panic messages with their diagnostics) there: all of it is
+    // the report.
+    let report: Vec<&str> = progress.lines().collect();
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.
     let exit = console

@@ -17,7 +17,11 @@ use observer::{
 };
 use observer_common::{ConnectErrorKey, ProcCounters};
 
-pub const CHURN: &str = env!("CARGO_BIN_EXE_observer-churn");
+/// The churn generator: the one cargo built next to this test, unless the
+/// kernel matrix runs a snapshot of both from elsewhere (OBSERVER_CHURN).
+pub fn churn() -> String {
+    std::env::var("OBSERVER_CHURN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_observer-churn").to_string())
+}
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -55,34 +59,34 @@ impl Netns {
     /// A kernel SNMP/netstat counter of this namespace (e.g.
     /// TcpExtListenOverflows, TcpActiveOpens), absolute value.
     pub fn nstat(&self, counter: &str) -> u64 {
-        let out = run(self.command("nstat").args(["-asz", counter]));
-        out.lines()
-            .find_map(|l| {
-                let mut f = l.split_whitespace();
-                (f.next() == Some(counter)).then(|| f.next().unwrap().parse().unwrap())
+        self.nstat_all(&[counter])[0]
+    }
+
+    /// Several counters of this namespace from one snapshot, in order.
+    pub fn nstat_all(&self, counters: &[&str]) -> Vec<u64> {
+        let out = run(self.command("nstat").arg("-asz").args(counters));
+        counters
+            .iter()
+            .map(|counter| {
+                out.lines()
+                    .find_map(|l| {
+                        let mut f = l.split_whitespace();
+                        (f.next() == Some(*counter)).then(|| f.next().unwrap().parse().unwrap())
+                    })
+                    .unwrap_or_else(|| panic!("nstat has no {counter}: {out}"))
             })
-            .unwrap_or_else(|| panic!("nstat has no {counter}: {out}"))
+            .collect()
     }
 
-    /// Number of sockets `ss` lists in this namespace for a state filter.
-    pub fn ss_count(&self, state: &str) -> u64 {
-        run(self.command("ss").args(["-Htan", "state", state])).lines().count() as u64
-    }
-
-    /// Sockets that entered TIME_WAIT in this namespace and have not
-    /// expired (TIME_WAIT lasts 60 s): those in it now (`ss`), plus those
-    /// that left it early, reused by a new connection (TcpExtTWRecycled) or
-    /// killed (TcpExtTWKilled). Read until none left TIME_WAIT during the
-    /// read, so none is counted twice.
+    /// TIME_WAIT sockets the kernel created in this namespace. The kernel
+    /// counts each when its timer is first set, that is on entry, under
+    /// TcpExtTW (a full 60 s wait) or TcpExtTWKilled (a short one), and
+    /// never again: the sum holds whatever happens to the socket later
+    /// (expiry after 60 s, reuse by a new connection, or a RST that kills
+    /// it silently, which `ss`, our first ground truth, missed in slow
+    /// guests). Both read in one snapshot.
     pub fn time_wait_entered(&self) -> u64 {
-        let left = || self.nstat("TcpExtTWRecycled") + self.nstat("TcpExtTWKilled");
-        loop {
-            let before = left();
-            let now = self.ss_count("time-wait");
-            if left() == before {
-                return now + before;
-            }
-        }
+        self.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum()
     }
 
     /// Connections waiting in the accept queue of the listener on `port`
@@ -103,7 +107,7 @@ impl Netns {
     /// Start `observer-churn serve ...` here; returns once it listens.
     pub fn serve(&self, args: &[&str]) -> Server {
         let mut child =
-            self.command(CHURN).arg("serve").args(args).stdout(Stdio::piped()).spawn().expect("spawn server");
+            self.command(&churn()).arg("serve").args(args).stdout(Stdio::piped()).spawn().expect("spawn server");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "server did not start");
@@ -112,7 +116,8 @@ impl Netns {
 
     /// Run `observer-churn connect ...` here to completion.
     pub fn client(&self, args: &[&str]) -> ClientReport {
-        let child = self.command(CHURN).arg("connect").args(args).stdout(Stdio::piped()).spawn().expect("spawn client");
+        let child =
+            self.command(&churn()).arg("connect").args(args).stdout(Stdio::piped()).spawn().expect("spawn client");
         // `ip netns exec` execs the program: the child's pid is the client's.
         let pid = child.id();
         let out = child.wait_with_output().unwrap();

@@ -10,7 +10,11 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Deserializer, de::Error as _};
 
-use crate::{error::Error, probes::AttachMode};
+use crate::{
+    error::Error,
+    export::otlp::{Protocol, TemporalityChoice},
+    probes::AttachMode,
+};
 
 /// Every key is optional: an absent key falls through to the default.
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -29,7 +33,24 @@ pub struct FileConfig {
     pub max_destinations: Option<u32>,
     pub proc_root: Option<PathBuf>,
     pub kernel_btf: Option<PathBuf>,
+    #[serde(default, deserialize_with = "endpoint")]
+    pub otlp_endpoint: Option<url::Url>,
+    #[serde(default, deserialize_with = "protocol")]
+    pub otlp_protocol: Option<Protocol>,
+    #[serde(default, deserialize_with = "headers")]
+    pub otlp_headers: Option<Headers>,
+    #[serde(default, deserialize_with = "otlp_timeout")]
+    pub otlp_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "otlp_interval")]
+    pub otlp_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "temporality")]
+    pub otlp_temporality: Option<TemporalityChoice>,
 }
+
+/// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
+/// OTEL_EXPORTER_OTLP_HEADERS).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Headers(pub Vec<(String, String)>);
 
 impl FileConfig {
     pub fn load(path: &std::path::Path) -> Result<Self, Error> {
@@ -68,6 +89,52 @@ fn series_limit_in_range(n: i64) -> Result<u32, String> {
         .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
 }
 
+/// The collector's URL: http or https, with a host.
+pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
+    let example = "write e.g. http://otel-collector:4317 (grpc) or http://otel-collector:4318 (http/protobuf)";
+    let url = url::Url::parse(s).map_err(|e| format!("`{s}` is not a URL ({e}); {example}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{s}` is not an http(s) URL with a host; {example}"));
+    }
+    Ok(url)
+}
+
+/// `key=value,key2=value2`, values percent-decoded (the W3C baggage form
+/// OTEL_EXPORTER_OTLP_HEADERS uses).
+pub fn parse_headers(s: &str) -> Result<Headers, String> {
+    let mut out = Vec::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}` is not key=value (headers: key=value,key2=value2)"))?;
+        let key = key.trim();
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+            return Err(format!("`{key}` is not a header name"));
+        }
+        let value = percent_encoding::percent_decode_str(value.trim())
+            .decode_utf8()
+            .map_err(|e| format!("header `{key}`: the value is not UTF-8 once percent-decoded ({e})"))?;
+        out.push((key.to_string(), value.into_owned()));
+    }
+    Ok(Headers(out))
+}
+
+/// OTLP request timeout. A bare number is milliseconds, as in
+/// OTEL_EXPORTER_OTLP_TIMEOUT.
+pub fn parse_otlp_timeout(s: &str) -> Result<Duration, String> {
+    parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(300))
+}
+
+/// OTLP push interval. A bare number is milliseconds, as in
+/// OTEL_METRIC_EXPORT_INTERVAL.
+pub fn parse_otlp_interval(s: &str) -> Result<Duration, String> {
+    parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(3600))
+}
+
+fn millis_if_bare(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { format!("{s}ms") } else { s.to_string() }
+}
+
 fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 5s or 1m"))?;
@@ -97,6 +164,38 @@ fn attach_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<AttachMode>, D:
         .map_err(|_| D::Error::custom(format!("`{s}` is not an attach mode: use auto, fentry, kprobe or tracepoint")))
 }
 
+fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<url::Url>, D::Error> {
+    parse_endpoint(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
+}
+
+fn headers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Headers>, D::Error> {
+    parse_headers(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
+}
+
+fn otlp_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    parse_otlp_timeout(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
+}
+
+fn otlp_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    parse_otlp_interval(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
+}
+
+fn protocol<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Protocol>, D::Error> {
+    use clap::ValueEnum as _;
+    let s = String::deserialize(d)?;
+    Protocol::from_str(&s, true)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("`{s}` is not an OTLP protocol: use grpc or http/protobuf")))
+}
+
+fn temporality<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TemporalityChoice>, D::Error> {
+    use clap::ValueEnum as _;
+    let s = String::deserialize(d)?;
+    TemporalityChoice::from_str(&s, true)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("`{s}` is not a temporality: use cumulative, delta or lowmemory")))
+}
+
 fn series_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     series_limit_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
 }
@@ -117,6 +216,12 @@ mod tests {
             max-destinations = 20
             proc-root = "/host/proc"
             kernel-btf = "/btf/vmlinux"
+            otlp-endpoint = "https://collector:4317"
+            otlp-protocol = "grpc"
+            otlp-headers = "authorization=Bearer%20s3cret,x-tenant=a"
+            otlp-timeout = "2s"
+            otlp-interval = "15000"
+            otlp-temporality = "delta"
             "#,
         )
         .unwrap();
@@ -127,6 +232,15 @@ mod tests {
         assert_eq!((c.max_processes, c.max_destinations), (Some(50), Some(20)));
         assert_eq!(c.proc_root, Some(PathBuf::from("/host/proc")));
         assert_eq!(c.kernel_btf, Some(PathBuf::from("/btf/vmlinux")));
+        assert_eq!(c.otlp_endpoint.map(String::from).as_deref(), Some("https://collector:4317/"));
+        assert_eq!(c.otlp_protocol, Some(Protocol::Grpc));
+        assert_eq!(
+            c.otlp_headers.unwrap().0,
+            [("authorization".to_string(), "Bearer s3cret".to_string()), ("x-tenant".into(), "a".into())]
+        );
+        assert_eq!(c.otlp_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(c.otlp_interval, Some(Duration::from_secs(15)));
+        assert_eq!(c.otlp_temporality, Some(TemporalityChoice::Delta));
         assert_eq!(FileConfig::parse("").unwrap(), FileConfig::default());
     }
 
@@ -143,6 +257,13 @@ mod tests {
             ("max-destinations = \"many\"", "line 1", "invalid type"),
             ("interval = 5", "line 1", "invalid type"),
             ("interval = \"5s", "line 1", ""),
+            ("otlp-endpoint = \"collector:4317\"", "line 1", "not an http(s) URL"),
+            ("otlp-endpoint = \"not a url\"", "line 1", "not a URL"),
+            ("otlp-protocol = \"http/json\"", "line 1", "not an OTLP protocol"),
+            ("otlp-headers = \"authorization\"", "line 1", "not key=value"),
+            ("otlp-timeout = \"0ms\"", "line 1", "out of range"),
+            ("otlp-interval = \"often\"", "line 1", "not a duration"),
+            ("otlp-temporality = \"sometimes\"", "line 1", "not a temporality"),
         ];
         for (text, line, what) in cases {
             let e = FileConfig::parse(text).unwrap_err();

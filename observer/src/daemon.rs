@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::{
     collect::{Collector, sock_diag},
     error::Error,
-    export::{self, Limits, Metrics, SeriesStore, Shared, http},
+    export::{self, Limits, Metrics, SeriesStore, Shared, http, otlp, otlp::OtlpConfig},
     probes::{AttachMode, Attachment, Probes, ProgramHandle, hooks::Mode},
 };
 
@@ -30,6 +30,8 @@ pub struct RunConfig {
     pub proc_root: PathBuf,
     /// The kernel's BTF (its own, or one from BTFHub for older kernels).
     pub kernel_btf: PathBuf,
+    /// OTLP push, when an endpoint is set.
+    pub otlp: Option<OtlpConfig>,
 }
 
 impl Default for RunConfig {
@@ -42,13 +44,28 @@ impl Default for RunConfig {
             limits: Limits::default(),
             proc_root: PathBuf::from("/proc"),
             kernel_btf: PathBuf::from(crate::probes::offsets::VMLINUX_BTF),
+            otlp: None,
         }
     }
 }
 
 impl RunConfig {
-    /// The settings as a configuration file (`observer run --dry-run`).
+    /// The settings as a configuration file (`observer run --dry-run`);
+    /// header values are hidden, they are usually credentials.
     pub fn to_toml(&self) -> String {
+        let otlp = match &self.otlp {
+            None => "# otlp-endpoint: not set, no OTLP push\n".to_string(),
+            Some(o) => format!(
+                "otlp-endpoint = \"{}\"\notlp-protocol = \"{}\"\notlp-headers = \"{}\"\notlp-timeout = \"{}\"\n\
+                 otlp-interval = \"{}\"\notlp-temporality = \"{}\"\n",
+                o.endpoint,
+                o.protocol,
+                o.headers.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","),
+                humantime::format_duration(o.timeout),
+                humantime::format_duration(o.interval),
+                o.temporality,
+            ),
+        };
         format!(
             "prometheus-listen = \"{}\"\ninterval = \"{}\"\ngrace = \"{}\"\nattach-mode = \"{}\"\n\
              max-processes = {}\nmax-destinations = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n",
@@ -60,12 +77,18 @@ impl RunConfig {
             self.limits.max_destinations,
             self.proc_root.display(),
             self.kernel_btf.display(),
-        )
+        ) + &otlp
     }
 }
 
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let listener = http::bind(config.prometheus_listen).await?;
+    // Like the port, a bad OTLP setting is reported before any eBPF loads.
+    let push_reader = config.otlp.as_ref().map(|o| o.reader());
+    let pusher = match (&config.otlp, &push_reader) {
+        (Some(otlp), Some(reader)) => Some(otlp::Pusher::new(otlp.clone(), reader.clone())?),
+        _ => None,
+    };
     let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf)?;
     let mut attachments = probes.attachments.clone();
     attachments.push(check_sock_diag()?);
@@ -75,7 +98,9 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         attachments,
         ..Default::default()
     }));
-    let metrics = Arc::new(Metrics::new(state.clone())?);
+    let metrics = Arc::new(Metrics::new(state.clone(), push_reader)?);
+    let (stop_push, push_stopped) = tokio::sync::watch::channel(false);
+    let pushing = pusher.map(|p| tokio::spawn(p.run(state.clone(), push_stopped)));
 
     // The collector does blocking work (map syscalls, a namespace-entering
     // thread for sock_diag), so it runs on its own thread; the channel both
@@ -91,8 +116,14 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
 
     info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
     let served = http::serve(listener, metrics.clone(), shutdown).await;
+    // Stop in order: the collector reads the kernel one last time, then the
+    // final OTLP push carries those counts.
     let _ = stop_tx.send(());
-    let collected = collecting.join().unwrap_or(Ok(()));
+    let collected = tokio::task::spawn_blocking(move || collecting.join().unwrap_or(Ok(()))).await.unwrap_or(Ok(()));
+    let _ = stop_push.send(true);
+    if let Some(pushing) = pushing {
+        let _ = pushing.await;
+    }
     metrics.shutdown();
     drop(probes);
     served.map_err(|e| Error::Export(format!("metrics endpoint failed: {e}")))?;
@@ -108,6 +139,7 @@ fn collect_loop(
     stop: &mpsc::Receiver<()>,
 ) -> Result<(), Error> {
     let mut failing = false;
+    let mut stopping = false;
     loop {
         let started = Instant::now();
         match collector.collect(started, grace) {
@@ -138,11 +170,13 @@ fn collect_loop(
                 }
             }
         }
-        let next = interval.saturating_sub(started.elapsed());
-        match stop.recv_timeout(next) {
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            _ => return Ok(()),
+        if stopping {
+            return Ok(());
         }
+        let next = interval.saturating_sub(started.elapsed());
+        // Asked to stop: one more round, so the counts since the last one
+        // reach the final export.
+        stopping = !matches!(stop.recv_timeout(next), Err(mpsc::RecvTimeoutError::Timeout));
     }
 }
 

@@ -4,71 +4,16 @@
 mod common;
 
 use std::{
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
+    io::Read as _,
+    net::TcpListener,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use common::Netns;
-
-const OBSERVER: &str = env!("CARGO_BIN_EXE_observer");
-
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn start_daemon(extra: &[&str]) -> Daemon {
-    start_daemon_with_env(extra, &[])
-}
-
-fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-    let port = free_port();
-    let child = Command::new(OBSERVER)
-        .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
-        .args(["--attach-mode", &common::test_mode().to_string()])
-        .args(extra)
-        .envs(env.iter().copied())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon { child, port };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while scrape(port).is_none() {
-        assert!(Instant::now() < deadline, "observer did not start serving");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    daemon
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.1 200").then_some(body)
-}
-
-/// The value of the first sample of `metric` whose labels include all of
-/// `labels` (each `name="value"`).
-fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {
-    body.lines().filter(|l| l.starts_with(&format!("{metric}{{"))).find_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        labels.iter().all(|want| series.contains(want)).then(|| value.parse().ok())?
-    })
-}
+use common::{
+    Netns,
+    daemon::{OBSERVER, free_port, sample, scrape, start_daemon, start_daemon_with_env},
+};
 
 #[test]
 fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
@@ -310,12 +255,55 @@ fn settings_come_from_flag_then_environment_then_file_then_default() {
     assert!(out.contains("interval = \"7s\""), "{out}");
 }
 
+/// OTLP settings follow the same order, with the standard OpenTelemetry
+/// variables as their environment; header values never appear.
+#[test]
+fn otlp_settings_come_from_flag_then_otel_environment_then_file() {
+    let file = config_file(
+        "otlp-endpoint = \"http://file:4318\"\notlp-protocol = \"grpc\"\notlp-interval = \"30s\"\n\
+         otlp-temporality = \"delta\"\n",
+    );
+    let (code, out, err) = dry_run(
+        &["--config", file.path(), "--otlp-endpoint", "https://flag:4317"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("otlp-endpoint = \"https://flag:4317/\""), "flag beats environment and file:\n{out}");
+    assert!(out.contains("otlp-protocol = \"http/protobuf\""), "environment beats file:\n{out}");
+    assert!(out.contains("otlp-timeout = \"2s 500ms\""), "a bare number is milliseconds:\n{out}");
+    assert!(out.contains("otlp-interval = \"30s\"") && out.contains("otlp-temporality = \"delta\""), "{out}");
+    assert!(out.contains("otlp-headers = \"authorization=<hidden>\"") && !out.contains("s3cret"), "{out}");
+    // No endpoint anywhere: no push.
+    let (code, out, _) = dry_run(&[], &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no OTLP push") && !out.contains("otlp-protocol"), "{out}");
+    // Bad values in the standard variables are named like bad flags.
+    for (var, value, want) in [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317", "not an http(s) URL"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "invalid value 'http/json'"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization", "not key=value"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0", "out of range"),
+    ] {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317");
+        let env = if var == endpoint.0 { vec![(var, value)] } else { vec![endpoint, (var, value)] };
+        let (code, _, err) = dry_run(&[], &env);
+        assert_eq!(code, 2, "{var}={value}: {err}");
+        assert!(err.contains(want) && err.contains("--otlp-"), "{var}={value}: {err}");
+    }
+}
+
 #[test]
 fn a_bad_configuration_file_is_one_error_naming_the_key_and_line() {
     for (text, expect) in [
         ("interval = \"5s\"\nintervall = \"5s\"\n", ["line 2", "unknown field `intervall`"]),
         ("\ngrace = \"soon\"\n", ["line 2", "not a duration"]),
         ("prometheus-listen = \"localhost\"\n", ["line 1", "invalid socket address"]),
+        ("\n\notlp-endpoint = \"collector\"\n", ["line 3", "not a URL"]),
     ] {
         let file = config_file(text);
         let (code, _, err) = dry_run(&["--config", file.path()], &[]);

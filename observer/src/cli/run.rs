@@ -4,10 +4,16 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 
 use crate::{
-    config::{FileConfig, parse_grace, parse_interval, parse_series_limit},
+    config::{
+        FileConfig, Headers, parse_endpoint, parse_grace, parse_headers, parse_interval, parse_otlp_interval,
+        parse_otlp_timeout, parse_series_limit,
+    },
     daemon::RunConfig,
     error::Error,
-    export::Limits,
+    export::{
+        Limits,
+        otlp::{OtlpConfig, Protocol, TemporalityChoice},
+    },
     probes::AttachMode,
 };
 
@@ -20,6 +26,11 @@ use crate::{
 /// Every setting comes from, in order: its flag, its environment variable,
 /// the configuration file (--config; its keys are the flag names, e.g.
 /// `interval = "10s"`), the default. `--dry-run` prints the result.
+///
+/// OTLP push is on when an endpoint is set (--otlp-endpoint or the standard
+/// OTEL_EXPORTER_OTLP_ENDPOINT); the Prometheus endpoint always serves.
+/// Example: `observer run --otlp-endpoint http://otel-collector:4317
+/// --otlp-protocol grpc`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Configuration file (TOML), checked whole at start: an unknown key or
@@ -72,6 +83,48 @@ pub struct RunArgs {
     /// without CONFIG_DEBUG_INFO_BTF [default: /sys/kernel/btf/vmlinux].
     #[arg(long, value_name = "FILE", env = "OBSERVER_KERNEL_BTF")]
     pub kernel_btf: Option<PathBuf>,
+
+    /// Push metrics with OTLP to this collector: its base URL, e.g.
+    /// http://otel-collector:4317 (grpc) or http://otel-collector:4318
+    /// (http/protobuf, which sends to <URL>/v1/metrics); https uses TLS with
+    /// the system's CA certificates [default: no push].
+    #[arg(long, value_name = "URL", value_parser = parse_endpoint, env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+          help_heading = "OTLP push")]
+    pub otlp_endpoint: Option<url::Url>,
+
+    /// OTLP transport [default: http/protobuf].
+    #[arg(long, value_enum, ignore_case = true, env = "OTEL_EXPORTER_OTLP_PROTOCOL", help_heading = "OTLP push")]
+    pub otlp_protocol: Option<Protocol>,
+
+    /// Headers sent with every push, e.g. for auth:
+    /// `authorization=Bearer%20<token>,x-scope-orgid=team-a` (values
+    /// percent-encoded). Never logged; --dry-run hides the values.
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_headers, env = "OTEL_EXPORTER_OTLP_HEADERS",
+          help_heading = "OTLP push")]
+    pub otlp_headers: Option<Headers>,
+
+    /// How long one push may take; a bare number is milliseconds
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_otlp_timeout, env = "OTEL_EXPORTER_OTLP_TIMEOUT",
+          help_heading = "OTLP push")]
+    pub otlp_timeout: Option<Duration>,
+
+    /// How often to push; a bare number is milliseconds [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_otlp_interval, env = "OTEL_METRIC_EXPORT_INTERVAL",
+          help_heading = "OTLP push")]
+    pub otlp_interval: Option<Duration>,
+
+    /// cumulative: every push carries the totals (a lost push is made good
+    /// by the next); delta: each push carries the increase since the last
+    /// one sent (unsent ones are kept, up to 30) [default: cumulative].
+    #[arg(
+        long,
+        value_enum,
+        ignore_case = true,
+        env = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        help_heading = "OTLP push"
+    )]
+    pub otlp_temporality: Option<TemporalityChoice>,
 }
 
 impl RunArgs {
@@ -100,6 +153,14 @@ impl RunArgs {
             },
             proc_root: self.proc_root.or(file.proc_root).unwrap_or(default.proc_root),
             kernel_btf: self.kernel_btf.or(file.kernel_btf).unwrap_or(default.kernel_btf),
+            otlp: self.otlp_endpoint.or(file.otlp_endpoint).map(|endpoint| OtlpConfig {
+                endpoint,
+                protocol: self.otlp_protocol.or(file.otlp_protocol).unwrap_or(Protocol::HttpProtobuf),
+                headers: self.otlp_headers.or(file.otlp_headers).unwrap_or_default().0,
+                timeout: self.otlp_timeout.or(file.otlp_timeout).unwrap_or(Duration::from_secs(10)),
+                interval: self.otlp_interval.or(file.otlp_interval).unwrap_or(Duration::from_secs(60)),
+                temporality: self.otlp_temporality.or(file.otlp_temporality).unwrap_or(TemporalityChoice::Cumulative),
+            }),
         })
     }
 }

@@ -3,6 +3,7 @@
 //! computed by the collector; and because the SDK then reports only the
 //! series observed in each collection, a retired process's series vanish.
 pub mod http;
+pub mod otlp;
 pub mod resource;
 pub mod series;
 
@@ -34,6 +35,8 @@ pub struct State {
     pub collection_seconds: f64,
     /// Collections that failed (each retried at the next interval).
     pub collection_failures: u64,
+    /// By exporter: "prometheus" (scrapes), "otlp" (pushes).
+    pub exports: std::collections::BTreeMap<&'static str, otlp::ExportCounts>,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -41,27 +44,44 @@ pub type Shared = Arc<Mutex<State>>;
 pub struct Metrics {
     provider: SdkMeterProvider,
     registry: prometheus::Registry,
+    state: Shared,
 }
 
 impl Metrics {
-    pub fn new(state: Shared) -> Result<Self, Error> {
+    /// One MeterProvider for both exports: the Prometheus registry and,
+    /// when OTLP push is on, its reader; so both carry the same
+    /// instruments, names, units and values.
+    pub fn new(state: Shared, push: Option<otlp::SharedReader>) -> Result<Self, Error> {
         let registry = prometheus::Registry::new();
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .scope_info_enabled(false)
             .build()
             .map_err(|e| Error::Export(e.to_string()))?;
-        let provider =
-            SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment()).build();
-        register(&provider.meter("observer"), state);
-        Ok(Self { provider, registry })
+        let mut builder = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment());
+        if let Some(reader) = push {
+            builder = builder.with_reader(reader);
+        }
+        let provider = builder.build();
+        register(&provider.meter("observer"), state.clone());
+        Ok(Self { provider, registry, state })
     }
 
-    /// The Prometheus text exposition of every instrument.
+    /// The Prometheus text exposition of every instrument (one scrape).
     pub fn encode(&self) -> Result<String, Error> {
+        let counted = |failed: bool| {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let c = st.exports.entry("prometheus").or_default();
+            c.attempts += 1;
+            c.failures += u64::from(failed);
+        };
         let mut out = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut out).map_err(|e| Error::Export(e.to_string()))?;
-        String::from_utf8(out).map_err(|e| Error::Export(e.to_string()))
+        let encoded = TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .map_err(|e| Error::Export(e.to_string()))
+            .and_then(|()| String::from_utf8(out).map_err(|e| Error::Export(e.to_string())));
+        counted(encoded.is_err());
+        encoded
     }
 
     pub fn shutdown(&self) {
@@ -223,6 +243,56 @@ fn register(meter: &Meter, state: Shared) {
         .with_callback(move |obs| {
             let Ok(st) = st.lock() else { return };
             obs.observe(st.collection_failures, &[]);
+        })
+        .build();
+
+    type ExportPick = fn(&otlp::ExportCounts) -> u64;
+    let exports: [(&str, &str, &str, ExportPick); 3] = [
+        (
+            "observer.export.attempts",
+            "Exports attempted, by exporter: Prometheus scrapes served, OTLP pushes sent",
+            "{export}",
+            |c| c.attempts,
+        ),
+        (
+            "observer.export.failures",
+            "Exports that failed, by exporter (OTLP: retried with backoff; cumulative counts arrive complete \
+             once the collector answers again)",
+            "{export}",
+            |c| c.failures,
+        ),
+        (
+            "observer.export.dropped_batches",
+            "OTLP delta batches dropped because the collector was unreachable for longer than the buffer holds",
+            "{batch}",
+            |c| c.dropped,
+        ),
+    ];
+    for (name, description, unit, pick) in exports {
+        let st = state.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_unit(unit)
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                for (exporter, counts) in &st.exports {
+                    obs.observe(pick(counts), &[KeyValue::new("exporter", *exporter)]);
+                }
+            })
+            .build();
+    }
+
+    let st = state.clone();
+    meter
+        .u64_observable_gauge("observer.export.pending_batches")
+        .with_description("OTLP batches waiting to be sent (1 at most with cumulative temporality)")
+        .with_unit("{batch}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (exporter, counts) in st.exports.iter().filter(|(e, _)| **e == "otlp") {
+                obs.observe(counts.pending, &[KeyValue::new("exporter", *exporter)]);
+            }
         })
         .build();
 

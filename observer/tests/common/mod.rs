@@ -3,6 +3,8 @@
 //! and the observer's probes and collector, loaded for real.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod daemon;
+
 use std::{
     collections::{BTreeMap, HashMap},
     io::{BufRead, BufReader},

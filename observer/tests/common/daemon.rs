@@ -1,0 +1,111 @@
+//! `observer run` as a user starts it: the binary, its Prometheus endpoint
+//! and its log, for the tests of the daemon and of its exports.
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+pub const OBSERVER: &str = env!("CARGO_BIN_EXE_observer");
+
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Everything the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn scrape(&self) -> String {
+        scrape(self.port).expect("scrape")
+    }
+
+    /// Send SIGTERM and wait (at most `limit`) for the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("observer's log:\n{}", self.log());
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn start_daemon(extra: &[&str]) -> Daemon {
+    start_daemon_with_env(extra, &[])
+}
+
+pub fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("observer-test-{}-{port}.log", std::process::id()));
+    let child = Command::new(OBSERVER)
+        .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .args(["--attach-mode", &super::test_mode().to_string()])
+        .args(extra)
+        .envs(env.iter().copied())
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .unwrap();
+    let daemon = Daemon { child, port, log };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while scrape(port).is_none() {
+        assert!(Instant::now() < deadline, "observer did not start serving:\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon
+}
+
+pub fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+/// The value of the first sample of `metric` whose labels include all of
+/// `labels` (each `name="value"`).
+pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {
+    body.lines().filter(|l| l.starts_with(&format!("{metric}{{"))).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        labels.iter().all(|want| series.contains(want)).then(|| value.parse().ok())?
+    })
+}
+
+/// Scrape until `done` holds for the body (at most `limit`); the last body.
+pub fn scrape_until(daemon: &Daemon, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let body = daemon.scrape();
+        if done(&body) || Instant::now() > deadline {
+            return body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

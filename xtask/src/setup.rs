@@ -29,7 +29,42 @@ pub fn run() -> Result<toolchain::Nightly> {
     bpf_linker(&nightly)?;
     debian_packages()?;
     tracefs()?;
+    prometheus()?;
     Ok(nightly)
+}
+
+/// Prometheus server and promtool, for the tests that scrape observer with
+/// a real server: Debian's package unpacked under target/tools (installing
+/// it would start a system service we do not want).
+pub fn prometheus_bin(program: &str) -> PathBuf {
+    tools_dir().join("prometheus/usr/bin").join(program)
+}
+
+fn prometheus() -> Result<()> {
+    if prometheus_bin("prometheus").exists() && prometheus_bin("promtool").exists() {
+        return Ok(());
+    }
+    println!("setup: fetching Debian's prometheus package into {}", tools_dir().join("prometheus").display());
+    let download = tools_dir().join("prometheus-download");
+    let _ = fs::remove_dir_all(&download);
+    fs::create_dir_all(&download)?;
+    // apt fetches as its own user (_apt) when it may write there.
+    fs::set_permissions(&download, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q", "prometheus"]).status();
+    if !fetch().is_ok_and(|s| s.success()) {
+        // A fresh machine may have no package lists yet.
+        run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q", "prometheus"]))
+            .context("cannot download the prometheus package")?;
+    }
+    let deb = fs::read_dir(&download)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download left no .deb")?;
+    run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(tools_dir().join("prometheus")))?;
+    fs::remove_dir_all(&download)?;
+    Ok(())
 }
 
 fn rust_src(nightly: &toolchain::Nightly) -> Result<()> {

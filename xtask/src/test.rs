@@ -44,7 +44,10 @@ pub fn run(opts: &Options) -> Result<()> {
             // The eBPF crate only builds for the bpf target (via observer/build.rs).
             .args(["test", "--workspace", "--exclude", "observer-ebpf", "--no-fail-fast"])
             .args(&opts.args)
-            .env("OBSERVER_NIGHTLY", &nightly.name),
+            .env("OBSERVER_NIGHTLY", &nightly.name)
+            // The tests that scrape observer with a real Prometheus server.
+            .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
+            .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool")),
     );
     if opts.host_only {
         return host;

@@ -51,6 +51,9 @@ fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error
 }
 
 /// Resolves on SIGINT or SIGTERM (what Kubernetes sends on pod deletion).
+/// SIGHUP, which would otherwise kill the daemon without its final export,
+/// is answered with a log line: settings are read at start only, and the
+/// counts simply go on (nothing reset, nothing counted twice).
 ///
 /// The handlers are installed now, before anything is loaded, not when
 /// the future is first polled: a signal that arrives while the probes load
@@ -60,10 +63,17 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + 
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     Ok(async move {
-        tokio::select! {
-            _ = interrupt.recv() => {},
-            _ = terminate.recv() => {},
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => break,
+                _ = terminate.recv() => break,
+                _ = hangup.recv() => tracing::info!(
+                    "SIGHUP: nothing to reload, settings are read at start; restart observer to change them \
+                     (counting goes on)"
+                ),
+            }
         }
         tracing::info!("shutting down");
     })

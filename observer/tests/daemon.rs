@@ -196,6 +196,44 @@ fn a_sigterm_while_the_probes_load_stops_the_daemon_cleanly() {
     assert!(log.contains("shutting down"), "{log}");
 }
 
+/// SIGHUP neither stops nor resets the daemon; a restart starts from zero:
+/// neither counts anything twice.
+#[test]
+fn sighup_and_restart_never_count_twice() {
+    let daemon = start_daemon(&[]);
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
+    assert_eq!(client.errors("EADDRNOTAVAIL"), 3, "{client:?}");
+    let labels = [format!("process_pid=\"{}\"", client.pid)];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let errors = |body: &str| sample(body, "observer_tcp_connect_errors_total", &labels);
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| errors(b).is_some());
+    assert_eq!(errors(&body), Some(3), "{body}");
+
+    let hup = Command::new("kill").args(["-HUP", &daemon.child.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    std::thread::sleep(Duration::from_millis(600)); // three collections
+    let body = daemon.scrape();
+    assert_eq!(errors(&body), Some(3), "after SIGHUP: still serving, same count\n{}", daemon.log());
+    assert!(daemon.log().contains("SIGHUP: nothing to reload"), "{}", daemon.log());
+
+    // A new daemon counts what happens from its start, not what its
+    // predecessor counted (a collector sees a new start time).
+    drop(daemon);
+    let restarted = start_daemon(&[]);
+    let again = ns.client(&["--to", "127.0.0.1:8080", "--count", "2", "--hold"]);
+    assert_eq!(again.errors("EADDRNOTAVAIL"), 2, "{again:?}");
+    let again_labels = [format!("process_pid=\"{}\"", again.pid)];
+    let again_labels: Vec<&str> = again_labels.iter().map(String::as_str).collect();
+    let body = common::daemon::scrape_until(&restarted, Duration::from_secs(10), |b| {
+        sample(b, "observer_tcp_connect_errors_total", &again_labels).is_some()
+    });
+    assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &again_labels), Some(2), "{body}");
+    assert_eq!(errors(&body), None, "the first client's errors belong to the first daemon: {body}");
+}
+
 /// `observer run --dry-run` with `env` set: (exit code, stdout, stderr).
 fn dry_run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(OBSERVER).arg("run").arg("--dry-run").args(args).envs(env.iter().copied()).output().unwrap();

@@ -54,10 +54,16 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     // Self-telemetry: a collection took some time, none failed.
     let duration = body
         .lines()
-        .find_map(|l| l.strip_prefix("observer_collection_duration_seconds "))
+        .find_map(|l| l.strip_prefix("observer_collection_duration_seconds{").and_then(|l| l.rsplit(' ').next()))
         .and_then(|v| v.trim().parse::<f64>().ok());
     assert!(duration.is_some_and(|d| d > 0.0 && d < 10.0), "{body}");
-    assert!(body.lines().any(|l| l == "observer_collection_failures_total 0"), "{body}");
+    assert_eq!(sample(&body, "observer_collection_failures_total", &[]), Some(0), "{body}");
+    // Every series says where it comes from.
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    assert!(
+        body.lines().filter(|l| l.starts_with("observer_")).all(|l| l.contains(&format!("host_name=\"{host}\""))),
+        "{body}"
+    );
     // The kernel's skipped runs are reported for every program, zero or not.
     for program in ["sock_state", "connect_exit", "process_exit"] {
         let labels = [format!("program=\"{program}\"")];

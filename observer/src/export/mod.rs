@@ -20,6 +20,11 @@ pub use series::{Limits, SeriesStore};
 
 use crate::{error::Error, probes::Attachment};
 
+/// Resource attributes also put on every Prometheus series: the cluster
+/// (from OTEL_RESOURCE_ATTRIBUTES, e.g. `k8s.cluster.name=prod-eu`), the
+/// node (NODE_NAME) and the host.
+pub const NODE_LABELS: [&str; 3] = ["k8s.cluster.name", "k8s.node.name", "host.name"];
+
 /// Everything the instruments report, shared with the collector.
 #[derive(Default)]
 pub struct State {
@@ -56,6 +61,15 @@ impl Metrics {
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .scope_info_enabled(false)
+            // Where a series comes from, on every series (as OTLP has it
+            // from the resource), so dashboards and alerts can select a
+            // cluster or a node without joining target_info.
+            .with_resource_selector(
+                NODE_LABELS
+                    .iter()
+                    .map(|k| opentelemetry::Key::from_static_str(k))
+                    .collect::<std::collections::HashSet<_>>(),
+            )
             .build()
             .map_err(|e| Error::Export(e.to_string()))?;
         let mut builder = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment());

@@ -64,6 +64,10 @@ enum Cmd {
         /// listeners that never accept: the SYN may never be answered).
         #[arg(long, value_parser = humantime::parse_duration)]
         nonblocking: Option<Duration>,
+        /// Spread the attempts evenly over this long instead of making them
+        /// back to back (so a scraper sees the counts grow).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        spread: Option<Duration>,
     },
     /// Benchmark load: a listener and `threads` client threads in this one
     /// process, `connections` cycles of connect, accept, client-first close,
@@ -104,8 +108,9 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking } => {
-            connect(to, count, hold, close_first, nonblocking)
+        Cmd::Connect { to, count, hold, close_first, nonblocking, spread } => {
+            let pause = spread.map(|d| d / count.max(1) as u32);
+            connect(to, count, hold, close_first, nonblocking, pause)
         }
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
         Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
@@ -239,11 +244,21 @@ unsafe extern "C" {
     fn libc_listen(fd: i32, backlog: i32) -> i32;
 }
 
-fn connect(to: SocketAddr, count: u64, hold: bool, close_first: Close, nonblocking: Option<Duration>) {
+fn connect(
+    to: SocketAddr,
+    count: u64,
+    hold: bool,
+    close_first: Close,
+    nonblocking: Option<Duration>,
+    pause: Option<Duration>,
+) {
     let mut connected = 0u64;
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut held = Vec::new();
     for _ in 0..count {
+        if let Some(pause) = pause {
+            std::thread::sleep(pause);
+        }
         let result = match nonblocking {
             Some(wait) => connect_nonblocking(to, wait),
             None => TcpStream::connect(to),

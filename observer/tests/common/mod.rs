@@ -4,6 +4,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod daemon;
+pub mod prometheus;
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -33,6 +33,8 @@ pub struct FileConfig {
     pub max_destinations: Option<u32>,
     pub proc_root: Option<PathBuf>,
     pub kernel_btf: Option<PathBuf>,
+    pub cgroup_root: Option<PathBuf>,
+    pub pod_logs: Option<PathBuf>,
     #[serde(default, deserialize_with = "endpoint")]
     pub otlp_endpoint: Option<url::Url>,
     #[serde(default, deserialize_with = "protocol")]
@@ -216,6 +218,8 @@ mod tests {
             max-destinations = 20
             proc-root = "/host/proc"
             kernel-btf = "/btf/vmlinux"
+            cgroup-root = "/host/sys/fs/cgroup"
+            pod-logs = "/host/var/log/pods"
             otlp-endpoint = "https://collector:4317"
             otlp-protocol = "grpc"
             otlp-headers = "authorization=Bearer%20s3cret,x-tenant=a"
@@ -232,6 +236,8 @@ mod tests {
         assert_eq!((c.max_processes, c.max_destinations), (Some(50), Some(20)));
         assert_eq!(c.proc_root, Some(PathBuf::from("/host/proc")));
         assert_eq!(c.kernel_btf, Some(PathBuf::from("/btf/vmlinux")));
+        assert_eq!(c.cgroup_root, Some(PathBuf::from("/host/sys/fs/cgroup")));
+        assert_eq!(c.pod_logs, Some(PathBuf::from("/host/var/log/pods")));
         assert_eq!(c.otlp_endpoint.map(String::from).as_deref(), Some("https://collector:4317/"));
         assert_eq!(c.otlp_protocol, Some(Protocol::Grpc));
         assert_eq!(

@@ -13,6 +13,7 @@ use observer_common::{capacity, lost};
 use tracing::{info, warn};
 
 use crate::{
+    attribution::Attributor,
     collect::{Collector, sock_diag},
     error::Error,
     export::{self, Limits, Metrics, SeriesStore, Shared, http, otlp, otlp::OtlpConfig},
@@ -30,6 +31,10 @@ pub struct RunConfig {
     pub proc_root: PathBuf,
     /// The kernel's BTF (its own, or one from BTFHub for older kernels).
     pub kernel_btf: PathBuf,
+    /// The cgroup v2 mount (None: found in /proc/self/mountinfo).
+    pub cgroup_root: Option<PathBuf>,
+    /// kubelet's pod log directory (pod names and namespaces).
+    pub pod_logs: PathBuf,
     /// OTLP push, when an endpoint is set.
     pub otlp: Option<OtlpConfig>,
 }
@@ -44,6 +49,8 @@ impl Default for RunConfig {
             limits: Limits::default(),
             proc_root: PathBuf::from("/proc"),
             kernel_btf: PathBuf::from(crate::probes::offsets::VMLINUX_BTF),
+            cgroup_root: None,
+            pod_logs: PathBuf::from("/var/log/pods"),
             otlp: None,
         }
     }
@@ -68,7 +75,7 @@ impl RunConfig {
         };
         format!(
             "prometheus-listen = \"{}\"\ninterval = \"{}\"\ngrace = \"{}\"\nattach-mode = \"{}\"\n\
-             max-processes = {}\nmax-destinations = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n",
+             max-processes = {}\nmax-destinations = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n{}pod-logs = \"{}\"\n",
             self.prometheus_listen,
             humantime::format_duration(self.interval),
             humantime::format_duration(self.grace),
@@ -77,6 +84,11 @@ impl RunConfig {
             self.limits.max_destinations,
             self.proc_root.display(),
             self.kernel_btf.display(),
+            match &self.cgroup_root {
+                Some(root) => format!("cgroup-root = \"{}\"\n", root.display()),
+                None => "# cgroup-root: not set, the cgroup2 mount in /proc/self/mountinfo\n".to_string(),
+            },
+            self.pod_logs.display(),
         ) + &otlp
     }
 }
@@ -106,7 +118,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // thread for sock_diag), so it runs on its own thread; the channel both
     // paces it and tells it to stop.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let mut collector = Collector::new(maps, config.proc_root.clone());
+    let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
+    let mut collector = Collector::new(maps, config.proc_root.clone(), attributor);
     let programs = probes.programs.clone();
     let (interval, grace) = (config.interval, config.grace);
     let collecting = std::thread::Builder::new()

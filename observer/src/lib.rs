@@ -1,6 +1,7 @@
 //! observer: per-process TCP avalanche signals from eBPF, exported as
 //! OpenTelemetry metrics. The data flows probes -> collect -> export; the
 //! CLI (`cli`) drives it, the daemon (`daemon::run`) wires it together.
+pub mod attribution;
 pub mod cli;
 pub mod collect;
 pub mod config;

@@ -84,6 +84,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", env = "OBSERVER_KERNEL_BTF")]
     pub kernel_btf: Option<PathBuf>,
 
+    /// The cgroup v2 hierarchy, to name the container and pod of each
+    /// process (in a container: where the host's is mounted, e.g.
+    /// /host/sys/fs/cgroup) [default: the cgroup2 mount in
+    /// /proc/self/mountinfo; /sys/fs/cgroup/unified on hybrid hosts].
+    #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+
+    /// kubelet's pod log directory, where pod names and namespaces come
+    /// from (`<namespace>_<pod>_<uid>/<container>/`) [default:
+    /// /var/log/pods].
+    #[arg(long, value_name = "DIR", env = "OBSERVER_POD_LOGS")]
+    pub pod_logs: Option<PathBuf>,
+
     /// Push metrics with OTLP to this collector: its base URL, e.g.
     /// http://otel-collector:4317 (grpc) or http://otel-collector:4318
     /// (http/protobuf, which sends to <URL>/v1/metrics); https uses TLS with
@@ -153,6 +166,8 @@ impl RunArgs {
             },
             proc_root: self.proc_root.or(file.proc_root).unwrap_or(default.proc_root),
             kernel_btf: self.kernel_btf.or(file.kernel_btf).unwrap_or(default.kernel_btf),
+            cgroup_root: self.cgroup_root.or(file.cgroup_root),
+            pod_logs: self.pod_logs.or(file.pod_logs).unwrap_or(default.pod_logs),
             otlp: self.otlp_endpoint.or(file.otlp_endpoint).map(|endpoint| OtlpConfig {
                 endpoint,
                 protocol: self.otlp_protocol.or(file.otlp_protocol).unwrap_or(Protocol::HttpProtobuf),

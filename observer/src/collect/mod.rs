@@ -11,6 +11,7 @@ pub mod sock_diag;
 use std::{
     collections::HashMap,
     path::PathBuf,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -18,7 +19,10 @@ use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 pub use listeners::{ListenerDrops, ListenerTracker};
 use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, lost};
 
-use crate::error::Error;
+use crate::{
+    attribution::{Attributor, PodLabels},
+    error::Error,
+};
 
 /// The maps the collector reads, taken out of the loaded object.
 pub struct KernelMaps {
@@ -42,6 +46,8 @@ pub struct Deltas {
     /// Entries in each counter map now (to report how full they are).
     pub proc_entries: usize,
     pub connect_error_entries: usize,
+    /// The pod labels of every process in these deltas (None: host).
+    pub pods: HashMap<u32, Option<Arc<PodLabels>>>,
 }
 
 pub struct Collector {
@@ -51,6 +57,7 @@ pub struct Collector {
     exited_at: HashMap<u32, Instant>,
     listeners: ListenerTracker,
     proc_root: PathBuf,
+    attributor: Attributor,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -58,7 +65,7 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 }
 
 impl Collector {
-    pub fn new(maps: KernelMaps, proc_root: PathBuf) -> Self {
+    pub fn new(maps: KernelMaps, proc_root: PathBuf, attributor: Attributor) -> Self {
         Self {
             maps,
             last_procs: HashMap::new(),
@@ -66,6 +73,23 @@ impl Collector {
             exited_at: HashMap::new(),
             listeners: ListenerTracker::default(),
             proc_root,
+            attributor,
+        }
+    }
+
+    /// Resolve the pod labels of every process in `deltas`.
+    fn attribute(&mut self, deltas: &mut Deltas) {
+        self.attributor.next_round();
+        let actors = deltas
+            .procs
+            .iter()
+            .map(|(k, _)| k.actor)
+            .chain(deltas.connect_errors.iter().map(|(k, _)| k.actor))
+            .chain(deltas.listen_drops.iter().map(|d| d.owner));
+        for actor in actors.collect::<Vec<_>>() {
+            if let std::collections::hash_map::Entry::Vacant(slot) = deltas.pods.entry(actor.tgid) {
+                slot.insert(self.attributor.labels(actor.cgroup_id, actor.tgid));
+            }
         }
     }
 
@@ -138,6 +162,7 @@ impl Collector {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
+        self.attribute(&mut deltas);
         Ok(deltas)
     }
 

@@ -105,9 +105,23 @@ impl Metrics {
 
 fn who_attrs(who: &Who, network: NetworkType, out: &mut Vec<KeyValue>) {
     match who {
-        Who::Process { pid, name } => {
+        Who::Process { pid, name, pod } => {
             out.push(KeyValue::new("process.pid", *pid as i64));
             out.push(KeyValue::new("process.executable.name", name.clone()));
+            if let Some(pod) = pod {
+                out.push(KeyValue::new("container.id", pod.container_id.clone()));
+                out.push(KeyValue::new("k8s.pod.uid", pod.pod_uid.clone()));
+                let optional = [
+                    ("k8s.pod.name", &pod.pod_name),
+                    ("k8s.namespace.name", &pod.namespace),
+                    ("k8s.container.name", &pod.container_name),
+                ];
+                for (key, value) in optional {
+                    if let Some(v) = value {
+                        out.push(KeyValue::new(key, v.clone()));
+                    }
+                }
+            }
         }
         Who::Other => {
             out.push(KeyValue::new("process.pid", "other"));

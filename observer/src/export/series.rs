@@ -10,11 +10,12 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
+    sync::Arc,
 };
 
 use observer_common::{AF_INET6, Actor, ConnectErrorKey};
 
-use crate::collect::Deltas;
+use crate::{attribution::PodLabels, collect::Deltas};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -32,7 +33,12 @@ impl Default for Limits {
 /// Who a count is charged to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Who {
-    Process { pid: u32, name: String },
+    /// `pod`: the container and pod the process runs in; None on the host.
+    Process {
+        pid: u32,
+        name: String,
+        pod: Option<Arc<PodLabels>>,
+    },
     Other,
 }
 
@@ -85,7 +91,9 @@ pub struct OverflowSeries {
 #[derive(Default)]
 pub struct SeriesStore {
     limits: Limits,
-    processes: BTreeSet<u32>,
+    /// Processes with their own series, and the pod labels they got when
+    /// first seen (kept, so a process's series never change labels).
+    processes: BTreeMap<u32, Option<Arc<PodLabels>>>,
     destinations: BTreeSet<Dest>,
     pub connects: BTreeMap<ProcSeries, u64>,
     pub accepts: BTreeMap<ProcSeries, u64>,
@@ -118,11 +126,15 @@ impl SeriesStore {
         Self { limits, ..Default::default() }
     }
 
-    fn who(&mut self, actor: &Actor) -> Who {
+    fn who(&mut self, actor: &Actor, pods: &std::collections::HashMap<u32, Option<Arc<PodLabels>>>) -> Who {
         let pid = actor.tgid;
-        if self.processes.contains(&pid) || self.processes.len() < self.limits.max_processes {
-            self.processes.insert(pid);
-            Who::Process { pid, name: name_of(actor) }
+        if let Some(pod) = self.processes.get(&pid) {
+            return Who::Process { pid, name: name_of(actor), pod: pod.clone() };
+        }
+        if self.processes.len() < self.limits.max_processes {
+            let pod = pods.get(&pid).cloned().flatten();
+            self.processes.insert(pid, pod.clone());
+            Who::Process { pid, name: name_of(actor), pod }
         } else {
             Who::Other
         }
@@ -140,7 +152,8 @@ impl SeriesStore {
 
     pub fn apply(&mut self, deltas: &Deltas) {
         for (key, d) in &deltas.procs {
-            let series = ProcSeries { who: self.who(&key.actor), network: NetworkType::from_family(key.family) };
+            let series =
+                ProcSeries { who: self.who(&key.actor, &deltas.pods), network: NetworkType::from_family(key.family) };
             for (map, n) in [
                 (&mut self.connects, d.connects),
                 (&mut self.accepts, d.accepts),
@@ -153,7 +166,7 @@ impl SeriesStore {
         }
         for (key, n) in &deltas.connect_errors {
             let series = ErrorSeries {
-                who: self.who(&key.actor),
+                who: self.who(&key.actor, &deltas.pods),
                 network: NetworkType::from_family(key.family),
                 errno: key.errno,
                 dest: self.dest(dest_addr(key), key.dport),
@@ -162,7 +175,7 @@ impl SeriesStore {
         }
         for drop in &deltas.listen_drops {
             let series = OverflowSeries {
-                who: self.who(&drop.owner),
+                who: self.who(&drop.owner, &deltas.pods),
                 network: NetworkType::from_family(drop.family),
                 port: drop.port,
             };
@@ -253,6 +266,28 @@ mod tests {
         assert!(s.connects.is_empty() && s.connect_errors.is_empty());
         s.apply(&Deltas { procs: vec![connects(2, 1)], ..Default::default() });
         assert!(matches!(s.connects.keys().next().unwrap().who, Who::Process { pid: 2, .. }));
+    }
+
+    #[test]
+    fn a_process_keeps_the_pod_labels_it_was_first_seen_with() {
+        let pod = Arc::new(PodLabels {
+            container_id: "c".repeat(64),
+            pod_uid: "u".into(),
+            pod_name: Some("api-1".into()),
+            namespace: Some("shop".into()),
+            container_name: None,
+        });
+        let mut s = SeriesStore::new(Limits::default());
+        let pods = [(1, Some(pod.clone())), (2, None)].into_iter().collect();
+        s.apply(&Deltas { procs: vec![connects(1, 1), connects(2, 1)], pods, ..Default::default() });
+        // Later rounds resolve nothing new: the labels stay, one series each.
+        s.apply(&Deltas { procs: vec![connects(1, 2), connects(2, 2)], ..Default::default() });
+        let whos: Vec<(&Who, u64)> = s.connects.iter().map(|(k, v)| (&k.who, *v)).collect();
+        assert_eq!(whos.len(), 2);
+        assert!(
+            matches!(whos[0], (Who::Process { pid: 1, pod: Some(p), .. }, 3) if p.pod_name.as_deref() == Some("api-1"))
+        );
+        assert!(matches!(whos[1], (Who::Process { pid: 2, pod: None, .. }, 3)));
     }
 
     #[test]

@@ -207,7 +207,8 @@ pub fn test_mode() -> AttachMode {
 impl Observer {
     pub fn start() -> Self {
         let (probes, maps) = Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {e}"));
-        let mut collector = Collector::new(maps, "/proc".into());
+        let attributor = observer::attribution::Attributor::new("/proc".as_ref(), None, "/var/log/pods".into());
+        let mut collector = Collector::new(maps, "/proc".into(), attributor);
         // The first collection sets the listener baseline, as the daemon's does.
         collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();
         Self { probes, collector, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }

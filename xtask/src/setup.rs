@@ -30,7 +30,43 @@ pub fn run() -> Result<toolchain::Nightly> {
     debian_packages()?;
     tracefs()?;
     prometheus()?;
+    kubernetes_tools()?;
     Ok(nightly)
+}
+
+/// kubernetes-validate (PyPI), pinned: validates the deploy/ manifests
+/// against the Kubernetes schemas, offline.
+const KUBERNETES_VALIDATE: &str = "1.37.0";
+
+/// The venv with kubernetes-validate (and PyYAML, its dependency, which
+/// the deploy tests use to read the manifests).
+pub fn k8s_venv_bin(program: &str) -> PathBuf {
+    tools_dir().join("k8s-venv/bin").join(program)
+}
+
+/// kubectl (its built-in kustomize builds deploy/) and kubernetes-validate.
+fn kubernetes_tools() -> Result<()> {
+    if !have("kubectl") {
+        apt_install_packages(&["kubernetes-client"])?;
+    }
+    let venv = tools_dir().join("k8s-venv");
+    let stamp = venv.join("observer.stamp");
+    if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == KUBERNETES_VALIDATE) {
+        return Ok(());
+    }
+    println!("setup: installing kubernetes-validate {KUBERNETES_VALIDATE} into {}", venv.display());
+    if !have("python3") || !Command::new("python3").args(["-c", "import venv, ensurepip"]).status()?.success() {
+        apt_install_packages(&["python3-venv"])?;
+    }
+    run_cmd(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run_cmd(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "-q",
+        &format!("kubernetes-validate=={KUBERNETES_VALIDATE}"),
+    ]))
+    .context("pip install kubernetes-validate failed (no network to PyPI?)")?;
+    fs::write(&stamp, KUBERNETES_VALIDATE)?;
+    Ok(())
 }
 
 /// Prometheus server and promtool, for the tests that scrape observer with

@@ -2,6 +2,7 @@
 //! OpenTelemetry metrics. The data flows probes -> collect -> export; the
 //! CLI (`cli`) drives it, the daemon (`daemon::run`) wires it together.
 pub mod attribution;
+pub mod ceilings;
 pub mod cli;
 pub mod collect;
 pub mod config;

@@ -6,14 +6,25 @@ use observer::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The daemon says what it attached where; doctor prints its report only.
+    let default_level = if matches!(cli.command, Command::Doctor(_)) { "warn" } else { "info" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
         .with_writer(std::io::stderr)
         // Colours only on a terminal: logs shipped from a pod or a file must
         // stay greppable.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
+        Command::Doctor(args) => {
+            return match args.run() {
+                Ok(verdict) => ExitCode::from(verdict.exit_code()),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(3)
+                }
+            };
+        }
         Command::Run(args) => {
             let dry_run = args.dry_run;
             match args.into_config() {

@@ -1,4 +1,5 @@
 //! Command line: one file per subcommand.
+pub mod doctor;
 pub mod run;
 
 use clap::{Parser, Subcommand};
@@ -19,5 +20,6 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
+    Doctor(doctor::DoctorArgs),
 }

@@ -191,7 +191,8 @@ mod tests {
         let mut argv = vec!["observer", "run"];
         argv.extend_from_slice(args);
         match Cli::try_parse_from(argv) {
-            Ok(Cli { command: Command::Run(a) }) => Ok(a),
+            Ok(Cli { command: Command::Run(a) }) => Ok(*a),
+            Ok(other) => Err(format!("not `run`: {other:?}")),
             Err(e) => Err(e.to_string()),
         }
     }

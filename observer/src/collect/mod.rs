@@ -5,7 +5,7 @@
 //! process retired after its grace period); a key seen with a value below
 //! the last one read was deleted and recreated, so its whole value is new.
 mod listeners;
-mod proc_owner;
+pub mod proc_owner;
 pub mod sock_diag;
 
 use std::{

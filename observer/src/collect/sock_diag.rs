@@ -5,7 +5,8 @@
 //! kernel bumps it together with TcpExtListenDrops/ListenOverflows on both
 //! the SYN path and the 3rd-ACK path. sock_diag answers for the network
 //! namespace of the socket it is asked on, so `scan_namespaces` enters each
-//! namespace from a dedicated thread.
+//! namespace from a dedicated thread. The ceilings (`observer doctor`) use
+//! the same dump for every TCP socket.
 use std::{collections::BTreeMap, fs::File, io, os::fd::AsFd, path::PathBuf};
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
@@ -35,30 +36,89 @@ pub struct Listener {
 
 /// All TCP listeners of the network namespace the calling thread is in.
 pub fn dump_listeners(netns: u32) -> io::Result<Vec<Listener>> {
-    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
     let mut out = Vec::new();
-    for family in [AF_INET, AF_INET6] {
-        dump_family(&socket, family, netns, &mut out)?;
-    }
+    dump(StateFlags::LISTEN, ExtensionFlags::SKMEMINFO, |resp| {
+        let drops = resp
+            .nlas
+            .iter()
+            .find_map(|nla| match nla {
+                Nla::MemInfo(m) => Some(m.drops),
+                _ => None,
+            })
+            .unwrap_or(0);
+        out.push(Listener {
+            netns,
+            family: resp.header.family as u16,
+            port: resp.header.socket_id.source_port,
+            cookie: u64::from_ne_bytes(resp.header.socket_id.cookie),
+            inode: resp.header.inode,
+            drops,
+            queued: resp.header.recv_queue,
+            backlog: resp.header.send_queue,
+        });
+    })?;
     Ok(out)
 }
 
-fn dump_family(socket: &Socket, family: u8, netns: u32, out: &mut Vec<Listener>) -> io::Result<()> {
+/// One TCP socket as sock_diag reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpSocket {
+    /// TCP state number (1 ESTABLISHED, 2 SYN_SENT, 6 TIME_WAIT, 10 LISTEN).
+    pub state: u8,
+    pub local: std::net::SocketAddr,
+    pub remote: std::net::SocketAddr,
+    /// Listeners: connections waiting to be accepted, and the backlog.
+    pub recv_queue: u32,
+    pub send_queue: u32,
+    pub inode: u32,
+}
+
+/// The TCP sockets in `states` (both families) of the calling thread's
+/// network namespace. TIME_WAIT ones included: sock_diag lists them too.
+pub fn dump_tcp(states: StateFlags) -> io::Result<Vec<TcpSocket>> {
+    let mut out = Vec::new();
+    dump(states, ExtensionFlags::empty(), |resp| {
+        let id = &resp.header.socket_id;
+        out.push(TcpSocket {
+            state: resp.header.state,
+            local: (id.source_address, id.source_port).into(),
+            remote: (id.destination_address, id.destination_port).into(),
+            recv_queue: resp.header.recv_queue,
+            send_queue: resp.header.send_queue,
+            inode: resp.header.inode,
+        });
+    })?;
+    Ok(out)
+}
+
+fn dump(
+    states: StateFlags,
+    extensions: ExtensionFlags,
+    mut each: impl FnMut(&netlink_packet_sock_diag::inet::InetResponse),
+) -> io::Result<()> {
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    for family in [AF_INET, AF_INET6] {
+        dump_family(&socket, family, states.clone(), extensions.clone(), &mut each)?;
+    }
+    Ok(())
+}
+
+fn dump_family(
+    socket: &Socket,
+    family: u8,
+    states: StateFlags,
+    extensions: ExtensionFlags,
+    each: &mut impl FnMut(&netlink_packet_sock_diag::inet::InetResponse),
+) -> io::Result<()> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
     let socket_id = if family == AF_INET { SocketId::new_v4() } else { SocketId::new_v6() };
     let mut packet = NetlinkMessage::new(
         header,
-        SockDiagMessage::InetRequest(InetRequest {
-            family,
-            protocol: IPPROTO_TCP,
-            extensions: ExtensionFlags::SKMEMINFO,
-            states: StateFlags::LISTEN,
-            socket_id,
-        })
-        .into(),
+        SockDiagMessage::InetRequest(InetRequest { family, protocol: IPPROTO_TCP, extensions, states, socket_id })
+            .into(),
     );
     packet.finalize();
     let mut buf = vec![0; packet.buffer_len()];
@@ -75,26 +135,7 @@ fn dump_family(socket: &Socket, family: u8, netns: u32, out: &mut Vec<Listener>)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             let len = msg.header.length as usize;
             match msg.payload {
-                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(resp)) => {
-                    let drops = resp
-                        .nlas
-                        .iter()
-                        .find_map(|nla| match nla {
-                            Nla::MemInfo(m) => Some(m.drops),
-                            _ => None,
-                        })
-                        .unwrap_or(0);
-                    out.push(Listener {
-                        netns,
-                        family: resp.header.family as u16,
-                        port: resp.header.socket_id.source_port,
-                        cookie: u64::from_ne_bytes(resp.header.socket_id.cookie),
-                        inode: resp.header.inode,
-                        drops,
-                        queued: resp.header.recv_queue,
-                        backlog: resp.header.send_queue,
-                    });
-                }
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(resp)) => each(&resp),
                 NetlinkPayload::Done(_) => return Ok(()),
                 NetlinkPayload::Error(e) => {
                     return Err(io::Error::other(format!("sock_diag: {e:?}")));
@@ -135,21 +176,27 @@ pub fn namespaces(proc_root: &std::path::Path) -> BTreeMap<u32, PathBuf> {
     found
 }
 
-/// Dump the listeners of every namespace. Runs on a fresh OS thread: setns
-/// changes the calling thread's namespace, which must never leak into the
-/// tokio runtime's threads.
+/// Dump the listeners of every namespace.
 pub fn scan_namespaces(namespaces: BTreeMap<u32, PathBuf>) -> Vec<Listener> {
-    let worker = std::thread::Builder::new().name("observer-sockdiag".into()).spawn(move || {
+    in_each_namespace(namespaces, |inode| dump_listeners(inode).ok()).into_iter().flatten().collect()
+}
+
+/// Run `f` inside each network namespace (by inode and a path that opens
+/// it), collecting what it returns. Runs on a fresh OS thread: setns
+/// changes the calling thread's namespace, which must never leak into the
+/// tokio runtime's threads. A namespace that vanished is skipped.
+pub fn in_each_namespace<T: Send + 'static>(
+    namespaces: BTreeMap<u32, PathBuf>,
+    f: impl Fn(u32) -> Option<T> + Send + 'static,
+) -> Vec<T> {
+    let worker = std::thread::Builder::new().name("observer-netns".into()).spawn(move || {
         let mut all = Vec::new();
         for (inode, path) in namespaces {
-            // A namespace can vanish between listing and entering: skip it.
             let Ok(file) = File::open(&path) else { continue };
             if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
                 continue;
             }
-            if let Ok(listeners) = dump_listeners(inode) {
-                all.extend(listeners);
-            }
+            all.extend(f(inode));
         }
         all
     });

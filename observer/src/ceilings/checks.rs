@@ -1,0 +1,151 @@
+//! The on-call check list as verdicts: each ceiling, its usage, ok /
+//! warning / critical, and the concrete next step.
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    Warning,
+    Critical,
+}
+
+impl Verdict {
+    /// At or above `critical` of the limit: critical; `warning`: warning.
+    pub fn of(used: u64, limit: u64, warning: f64, critical: f64) -> Self {
+        if limit == 0 {
+            return if used > 0 { Verdict::Critical } else { Verdict::Ok };
+        }
+        let ratio = used as f64 / limit as f64;
+        if ratio >= critical {
+            Verdict::Critical
+        } else if ratio >= warning {
+            Verdict::Warning
+        } else {
+            Verdict::Ok
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warning => "warning",
+            Verdict::Critical => "critical",
+        }
+    }
+
+    /// The exit code of `observer doctor`.
+    pub fn exit_code(self) -> u8 {
+        self as u8
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    EphemeralPorts,
+    TimeWait,
+    AcceptQueue,
+    OpenFiles,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::EphemeralPorts => "ephemeral-ports",
+            Check::TimeWait => "time-wait",
+            Check::AcceptQueue => "accept-queue",
+            Check::OpenFiles => "open-files",
+        }
+    }
+
+    /// (warning, critical) fractions of the limit.
+    pub fn thresholds(self) -> (f64, f64) {
+        match self {
+            Check::EphemeralPorts | Check::TimeWait | Check::OpenFiles => (0.7, 0.9),
+            // A full queue drops connections; half full means it is not drained.
+            Check::AcceptQueue => (0.5, 0.9),
+        }
+    }
+
+    pub fn next_step(self, verdict: Verdict) -> &'static str {
+        if verdict == Verdict::Ok {
+            return "-";
+        }
+        match self {
+            Check::EphemeralPorts => {
+                "reuse connections (keep-alive, a bounded pool) and back off retries; widen \
+                 net.ipv4.ip_local_port_range; net.ipv4.tcp_tw_reuse=1 for TIME-WAIT ports"
+            }
+            Check::TimeWait => {
+                "find who closes first (`ss -tan state time-wait`) and reuse its connections; \
+                 raise net.ipv4.tcp_max_tw_buckets only if the ports allow"
+            }
+            Check::AcceptQueue => {
+                "the owner does not accept fast enough: check its CPU and accept loop; raise its \
+                 listen() backlog together with net.core.somaxconn"
+            }
+            Check::OpenFiles => "raise the process's RLIMIT_NOFILE (LimitNOFILE=, ulimit -n) or find its fd leak",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub verdict: Verdict,
+    pub check: Check,
+    /// The namespace, as a path that opens it (or "host").
+    pub netns: String,
+    /// What the ceiling is about: a destination, a listener, a process.
+    pub subject: String,
+    pub used: u64,
+    pub limit: u64,
+    pub next_step: &'static str,
+}
+
+impl Finding {
+    pub fn new(check: Check, netns: &str, subject: String, used: u64, limit: u64) -> Self {
+        let (warning, critical) = check.thresholds();
+        let verdict = Verdict::of(used, limit, warning, critical);
+        Self { verdict, check, netns: netns.to_string(), subject, used, limit, next_step: check.next_step(verdict) }
+    }
+
+    fn ratio(&self) -> f64 {
+        if self.limit == 0 { f64::INFINITY } else { self.used as f64 / self.limit as f64 }
+    }
+}
+
+/// Worst first: verdict, then how close to the limit.
+pub fn sort(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| b.verdict.cmp(&a.verdict).then(b.ratio().total_cmp(&a.ratio())));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_by_fraction_of_the_limit() {
+        assert_eq!(Verdict::of(10, 10, 0.7, 0.9), Verdict::Critical);
+        assert_eq!(Verdict::of(8, 10, 0.7, 0.9), Verdict::Warning);
+        assert_eq!(Verdict::of(6, 10, 0.7, 0.9), Verdict::Ok);
+        assert_eq!(Verdict::of(1, 0, 0.7, 0.9), Verdict::Critical);
+        assert_eq!(Verdict::of(0, 0, 0.7, 0.9), Verdict::Ok);
+        assert_eq!([Verdict::Ok, Verdict::Warning, Verdict::Critical].map(Verdict::exit_code), [0, 1, 2]);
+    }
+
+    #[test]
+    fn worst_first() {
+        let mut f = vec![
+            Finding::new(Check::OpenFiles, "host", "a".into(), 1, 10),
+            Finding::new(Check::EphemeralPorts, "host", "b".into(), 10, 10),
+            Finding::new(Check::AcceptQueue, "host", "c".into(), 3, 5),
+            Finding::new(Check::TimeWait, "host", "d".into(), 8, 10),
+        ];
+        sort(&mut f);
+        let order: Vec<&str> = f.iter().map(|f| f.subject.as_str()).collect();
+        assert_eq!(order, ["b", "d", "c", "a"]);
+        assert_eq!(f[0].next_step, Check::EphemeralPorts.next_step(Verdict::Critical));
+        assert_eq!(f[3].next_step, "-");
+    }
+}

@@ -1,0 +1,138 @@
+//! What one network namespace uses of its ceilings, from one sock_diag
+//! dump of its TCP sockets (never /proc/net/tcp) and its settings.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{IpAddr, SocketAddr},
+};
+
+use netlink_packet_sock_diag::inet::StateFlags;
+use serde::Serialize;
+
+use super::settings::NetSettings;
+use crate::collect::sock_diag::{self, TcpSocket};
+
+const TIME_WAIT: u8 = 6;
+const LISTEN: u8 = 10;
+
+/// Every state in which a connection still holds its local port: besides
+/// ESTABLISHED, SYN_SENT and TIME_WAIT, the closing ones (a socket closed
+/// first whose peer has not closed yet sits in FIN_WAIT2, as an orphan).
+fn holds_port() -> StateFlags {
+    StateFlags::ESTABLISHED
+        | StateFlags::SYN_SENT
+        | StateFlags::FIN_WAIT1
+        | StateFlags::FIN_WAIT2
+        | StateFlags::TIME_WAIT
+        | StateFlags::CLOSE_WAIT
+        | StateFlags::LAST_ACK
+        | StateFlags::CLOSING
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Destination {
+    pub source: IpAddr,
+    pub destination: SocketAddr,
+    /// Local ports from the ephemeral range in use toward it, by sockets in
+    /// any state that holds one (ESTABLISHED, SYN_SENT, TIME_WAIT, closing).
+    pub used: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ListenQueue {
+    pub address: SocketAddr,
+    /// Connections waiting to be accepted, and the backlog (`ss -lnt`
+    /// Recv-Q and Send-Q).
+    pub queued: u32,
+    pub backlog: u32,
+    #[serde(skip)]
+    pub inode: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NetnsUsage {
+    pub settings: NetSettings,
+    pub destinations: Vec<Destination>,
+    pub time_wait: u32,
+    pub listeners: Vec<ListenQueue>,
+}
+
+/// Read the calling thread's namespace.
+pub fn read() -> std::io::Result<NetnsUsage> {
+    let settings = NetSettings::read()?;
+    let sockets = sock_diag::dump_tcp(holds_port() | StateFlags::LISTEN)?;
+    Ok(summarize(settings, &sockets))
+}
+
+pub fn summarize(settings: NetSettings, sockets: &[TcpSocket]) -> NetnsUsage {
+    // A server's accepted sockets have its listening port as their local
+    // port: not an ephemeral port, even when the listener sits in the range.
+    let listening: BTreeSet<u16> = sockets.iter().filter(|s| s.state == LISTEN).map(|s| s.local.port()).collect();
+    let mut per_destination: BTreeMap<(IpAddr, SocketAddr), u32> = BTreeMap::new();
+    for s in sockets.iter().filter(|s| s.state != LISTEN) {
+        let port = s.local.port();
+        if settings.is_ephemeral(port) && !listening.contains(&port) {
+            *per_destination.entry((s.local.ip(), s.remote)).or_default() += 1;
+        }
+    }
+    let mut destinations: Vec<Destination> = per_destination
+        .into_iter()
+        .map(|((source, destination), used)| Destination { source, destination, used })
+        .collect();
+    destinations.sort_by_key(|d| std::cmp::Reverse(d.used));
+    NetnsUsage {
+        destinations,
+        time_wait: sockets.iter().filter(|s| s.state == TIME_WAIT).count() as u32,
+        listeners: sockets
+            .iter()
+            .filter(|s| s.state == LISTEN)
+            .map(|s| ListenQueue { address: s.local, queued: s.recv_queue, backlog: s.send_queue, inode: s.inode })
+            .collect(),
+        settings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ESTABLISHED: u8 = 1;
+    const SYN_SENT: u8 = 2;
+
+    fn sock(state: u8, local: &str, remote: &str) -> TcpSocket {
+        TcpSocket {
+            state,
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            recv_queue: 0,
+            send_queue: 0,
+            inode: 0,
+        }
+    }
+
+    #[test]
+    fn ports_are_counted_per_destination_within_the_range_only() {
+        let settings = NetSettings {
+            ip_local_port_range: (40000, 40009),
+            ip_local_reserved_ports: vec![],
+            tcp_fin_timeout: 60,
+            tcp_tw_reuse: 2,
+            somaxconn: 4096,
+            tcp_max_syn_backlog: 128,
+            tcp_max_tw_buckets: 1000,
+        };
+        let sockets = [
+            sock(ESTABLISHED, "10.0.0.1:40000", "10.0.0.9:5432"),
+            sock(TIME_WAIT, "10.0.0.1:40001", "10.0.0.9:5432"),
+            sock(SYN_SENT, "10.0.0.1:40002", "10.0.0.9:5432"),
+            sock(ESTABLISHED, "10.0.0.1:40000", "10.0.0.9:80"), // same port, other destination
+            sock(ESTABLISHED, "10.0.0.1:50000", "10.0.0.9:80"), // outside the range (bind())
+            sock(LISTEN, "0.0.0.0:40005", "0.0.0.0:0"),
+            sock(ESTABLISHED, "10.0.0.1:40005", "10.0.0.7:33333"), // accepted by the listener
+        ];
+        let u = summarize(settings, &sockets);
+        let got: Vec<(String, u32)> = u.destinations.iter().map(|d| (d.destination.to_string(), d.used)).collect();
+        assert_eq!(got, [("10.0.0.9:5432".to_string(), 3), ("10.0.0.9:80".to_string(), 1)]);
+        assert_eq!(u.time_wait, 1);
+        assert_eq!(u.listeners.len(), 1);
+    }
+}

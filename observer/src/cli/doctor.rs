@@ -1,0 +1,130 @@
+//! `observer doctor`: the on-call check list, on demand, without the daemon.
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::ceilings::{Report, Scope, checks::Verdict, examine};
+
+/// Check this node's connection ceilings now: ephemeral ports per
+/// destination, TIME_WAIT sockets, accept queues, open files; worst first,
+/// each with its verdict and the next step.
+///
+/// Exit code: 0 all ok, 1 a warning, 2 a critical finding, 3 the checks
+/// could not run. Needs root (it enters every network namespace and reads
+/// every process's file descriptors). The daemon is not needed.
+///
+/// Example: `observer doctor --pid $(pidof payment-api)`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Only this network namespace (e.g. /run/netns/NAME or
+    /// /proc/PID/ns/net) [default: every namespace of the host].
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    pub netns: Option<PathBuf>,
+
+    /// Only this process: its network namespace, and its own open files.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Machine-readable output: every finding and each namespace's settings.
+    #[arg(long)]
+    pub json: bool,
+
+    /// List every finding, the ok ones included (default: the warnings and
+    /// critical ones, and the 5 closest to their limit otherwise).
+    #[arg(long)]
+    pub all: bool,
+
+    /// The host's /proc [default: /proc].
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc_root: PathBuf,
+
+    /// kubelet's pod log directory, to name pods [default: /var/log/pods].
+    #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
+    pub pod_logs: PathBuf,
+}
+
+impl DoctorArgs {
+    /// Print the report; the worst verdict (or an error text).
+    pub fn run(self) -> Result<Verdict, String> {
+        let scope = match (&self.netns, self.pid) {
+            (Some(path), _) => Scope::Netns(path.clone()),
+            (None, Some(pid)) => Scope::Pid(pid),
+            (None, None) => Scope::All,
+        };
+        let report = examine(&scope, &self.proc_root, self.pod_logs.clone()).map_err(|e| e.to_string())?;
+        if report.namespaces.is_empty() {
+            return Err("no network namespace could be examined: run as root (CAP_SYS_ADMIN to enter \
+                        namespaces, CAP_NET_ADMIN for sock_diag)"
+                .into());
+        }
+        let text = if self.json {
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
+        } else {
+            table(&report, self.all)
+        };
+        // A closed pipe (`| head`) is not an error worth a panic.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+        Ok(report.worst())
+    }
+}
+
+fn table(report: &Report, all: bool) -> String {
+    let mut out = String::new();
+    for ns in &report.namespaces {
+        let s = &ns.settings;
+        out += &format!(
+            "netns {}: ip_local_port_range {}-{} ({} ports), tcp_fin_timeout {}, tcp_tw_reuse {}, somaxconn {}, \
+             tcp_max_syn_backlog {}, tcp_max_tw_buckets {}\n",
+            ns.netns,
+            s.ip_local_port_range.0,
+            s.ip_local_port_range.1,
+            s.ephemeral_ports(),
+            s.tcp_fin_timeout,
+            s.tcp_tw_reuse,
+            s.somaxconn,
+            s.tcp_max_syn_backlog,
+            s.tcp_max_tw_buckets
+        );
+    }
+    let bad = report.findings.iter().filter(|f| f.verdict != Verdict::Ok).count();
+    let shown: Vec<_> =
+        if all { report.findings.iter().collect() } else { report.findings.iter().take(bad + 5).collect() };
+    let rows: Vec<[String; 6]> = shown
+        .iter()
+        .map(|f| {
+            let pct =
+                if f.limit == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * f.used as f64 / f.limit as f64) };
+            [
+                f.verdict.as_str().to_uppercase(),
+                f.check.as_str().to_string(),
+                f.netns.clone(),
+                f.subject.clone(),
+                format!("{}/{} ({pct})", f.used, f.limit),
+                f.next_step.to_string(),
+            ]
+        })
+        .collect();
+    let header = ["VERDICT", "CHECK", "NETNS", "WHAT", "USED/LIMIT", "NEXT STEP"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    out.push('\n');
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (c, w))| if i == 5 { c.clone() } else { format!("{c:w$}") })
+            .collect();
+        out += cells.join("  ").trim_end();
+        out.push('\n');
+    }
+    let hidden = report.findings.len() - shown.len();
+    if hidden > 0 {
+        out += &format!("... and {hidden} more, all ok (--all lists them)\n");
+    }
+    out
+}

@@ -1,0 +1,171 @@
+//! `observer doctor` in prepared network namespaces: each ceiling's usage
+//! must equal what the kernel shows (`ss`), its limit the namespace's
+//! setting, the verdict and the exit code must follow, worst first.
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+};
+
+use common::{Netns, churn, daemon::OBSERVER};
+use serde_json::Value;
+
+/// `observer doctor ARGS --json`: (exit code, report).
+fn doctor(args: &[&str]) -> (i32, Value) {
+    let out = Command::new(OBSERVER).arg("doctor").args(args).arg("--json").output().unwrap();
+    if out.status.code() == Some(3) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: "), "{err}");
+        return (3, Value::Null);
+    }
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap(), report)
+}
+
+fn findings<'a>(report: &'a Value, check: &str) -> Vec<&'a Value> {
+    report["findings"].as_array().unwrap().iter().filter(|f| f["check"] == check).collect()
+}
+
+fn find<'a>(report: &'a Value, check: &str, subject_has: &str) -> &'a Value {
+    findings(report, check)
+        .into_iter()
+        .find(|f| f["subject"].as_str().unwrap().contains(subject_has))
+        .unwrap_or_else(|| panic!("no {check} finding about {subject_has}: {report:#}"))
+}
+
+/// Sockets `ss` lists toward `dst` with a local port in [lo, hi], in any
+/// state but listening (`connected`: also the closing ones, which hold
+/// their port too).
+fn ss_ports_toward(ns: &Netns, dst: &str, lo: u16, hi: u16) -> u64 {
+    let out = ns.command("ss").args(["-Htan", "state", "connected"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port: u16 = f[f.len() - 2].rsplit(':').next().unwrap().parse().unwrap();
+            f[f.len() - 1] == dst && (lo..=hi).contains(&local_port)
+        })
+        .count() as u64
+}
+
+#[test]
+fn ports_per_destination_are_counted_apart_and_a_full_range_is_critical() {
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41009");
+    let _a = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let _b = ns.serve(&["--listen", "127.0.0.1:8081", "--hold"]);
+    let full = ns.client(&["--to", "127.0.0.1:8080", "--count", "10", "--hold"]);
+    assert_eq!(full.connected, 10, "{full:?}");
+    let some = ns.client(&["--to", "127.0.0.1:8081", "--count", "3", "--hold"]);
+    assert_eq!(some.connected, 3, "{some:?}");
+
+    let path = format!("/run/netns/{}", ns.name);
+    let (code, report) = doctor(&["--netns", &path]);
+    let full = find(&report, "ephemeral-ports", "-> 127.0.0.1:8080");
+    assert_eq!(full["used"], ss_ports_toward(&ns, "127.0.0.1:8080", 41000, 41009), "{full}");
+    assert_eq!((&full["used"], &full["limit"], &full["verdict"]), (&10.into(), &10.into(), &"critical".into()));
+    let some = find(&report, "ephemeral-ports", "-> 127.0.0.1:8081");
+    assert_eq!(some["used"], ss_ports_toward(&ns, "127.0.0.1:8081", 41000, 41009));
+    assert_eq!((&some["used"], &some["verdict"]), (&3.into(), &"ok".into()));
+    assert_eq!(code, 2, "critical exits 2");
+    assert_eq!(report["findings"][0]["check"], "ephemeral-ports", "worst first: {report:#}");
+    assert_eq!(report["namespaces"][0]["settings"]["ip_local_port_range"], serde_json::json!([41000, 41009]));
+
+    // The table names the reason and the next step.
+    let out = Command::new(OBSERVER).args(["doctor", "--netns", &path]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let first = table.lines().find(|l| l.starts_with("CRITICAL")).unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        first.contains("ephemeral-ports") && first.contains("127.0.0.1:8080") && first.contains("10/10"),
+        "{table}"
+    );
+    assert!(first.contains("ip_local_port_range"), "a next step: {first}");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn time_wait_sockets_equal_ss_and_near_their_ceiling_warn() {
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_max_tw_buckets", "30");
+    let _server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
+    let client = ns.client(&["--to", "127.0.0.1:7000", "--count", "25", "--close-first", "client"]);
+    assert_eq!(client.connected, 25);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
+    let tw = find(&report, "time-wait", "TIME-WAIT");
+    let in_ss = ns.command("ss").args(["-Htan", "state", "time-wait"]).output().unwrap();
+    let in_ss = String::from_utf8_lossy(&in_ss.stdout).lines().count() as u64;
+    assert_eq!(tw["used"], in_ss, "{tw}");
+    assert_eq!((&tw["limit"], &tw["verdict"]), (&30.into(), &"warning".into()), "{tw}");
+    assert_eq!(code, 1, "the worst is a warning: {report:#}");
+}
+
+#[test]
+fn an_unaccepted_backlog_shows_what_ss_shows() {
+    let ns = Netns::new();
+    let server = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
+    let client = ns.client(&["--to", "127.0.0.1:8082", "--count", "3", "--hold"]);
+    assert_eq!(client.connected, 3);
+    let (_, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
+    let queue = find(&report, "accept-queue", "127.0.0.1:8082");
+    assert_eq!(queue["used"], ns.accept_queue(8082), "Recv-Q of ss -lnt: {queue}");
+    assert_eq!(queue["limit"], 5, "Send-Q of ss -lnt: {queue}");
+    assert_eq!(queue["verdict"], "warning");
+    let owner = format!("observer-churn pid {}", server.pid());
+    assert!(queue["subject"].as_str().unwrap().contains(&owner), "the owner: {queue}");
+}
+
+/// A child killed when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A server started under `prlimit --nofile=N`, ready to accept.
+fn server_with_fd_limit(ns: &Netns, limit: u32, addr: &str) -> Killed {
+    let mut child = ns
+        .command("prlimit")
+        .arg(format!("--nofile={limit}:{limit}"))
+        .args([&churn(), "serve", "--listen", addr, "--hold"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    Killed(child)
+}
+
+#[test]
+fn a_process_near_its_file_limit_is_critical_and_pid_scopes_to_it() {
+    let ns = Netns::new();
+    let server = server_with_fd_limit(&ns, 10, "127.0.0.1:8083");
+    let pid = server.0.id();
+    let client = ns.client(&["--to", "127.0.0.1:8083", "--count", "5", "--hold"]);
+    assert_eq!(client.connected, 5);
+    std::thread::sleep(std::time::Duration::from_millis(200)); // accepted
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
+    let (code, report) = doctor(&["--pid", &pid.to_string()]);
+    let files = findings(&report, "open-files");
+    assert_eq!(files.len(), 1, "--pid: only that process's files: {files:?}");
+    assert_eq!((&files[0]["used"], &files[0]["limit"]), (&open.into(), &10.into()), "{:#}", files[0]);
+    assert_eq!(files[0]["verdict"], if open >= 9 { "critical" } else { "warning" });
+    assert!(code >= 1);
+}
+
+#[test]
+fn a_healthy_namespace_exits_zero() {
+    let ns = Netns::new();
+    let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(report["findings"].as_array().unwrap().iter().all(|f| f["verdict"] == "ok"));
+    let (code, _) = doctor(&["--netns", "/run/netns/does-not-exist"]);
+    assert_eq!(code, 3, "an unusable scope is an error, not a verdict");
+}

@@ -121,10 +121,10 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
     let mut collector = Collector::new(maps, config.proc_root.clone(), attributor);
     let programs = probes.programs.clone();
-    let (interval, grace) = (config.interval, config.grace);
+    let (interval, grace, proc_root) = (config.interval, config.grace, config.proc_root.clone());
     let collecting = std::thread::Builder::new()
         .name("observer-collect".into())
-        .spawn(move || collect_loop(&mut collector, &programs, &state, interval, grace, &stop_rx))
+        .spawn(move || collect_loop(&mut collector, &programs, &state, interval, grace, &proc_root, &stop_rx))
         .map_err(|e| Error::Export(format!("cannot start the collector thread: {e}")))?;
 
     info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
@@ -149,12 +149,15 @@ fn collect_loop(
     state: &Shared,
     interval: Duration,
     grace: Duration,
+    proc_root: &std::path::Path,
     stop: &mpsc::Receiver<()>,
 ) -> Result<(), Error> {
     let mut failing = false;
     let mut stopping = false;
     loop {
         let started = Instant::now();
+        // The ceilings next to usage, read outside the exporters' lock.
+        let ceilings = crate::ceilings::sweep(proc_root);
         match collector.collect(started, grace) {
             Ok(deltas) => {
                 failing = false;
@@ -172,6 +175,7 @@ fn collect_loop(
                 // Cumulative in the kernel: read as is, no delta needed.
                 st.missed =
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
+                st.ceilings = ceilings;
                 st.collection_seconds = started.elapsed().as_secs_f64();
             }
             Err(e) => {

@@ -395,3 +395,37 @@ fn the_resource_names_the_service_node_and_host_and_honours_the_otel_environment
     assert_eq!(sample(&body, "target_info", &labels), Some(1), "{body}");
     assert!(!body.contains("k8s_node_name"), "no NODE_NAME, no node label: {body}");
 }
+
+/// The ceilings next to usage, as gauges per network namespace, equal to
+/// what `ss` and the namespace's settings say.
+#[test]
+fn ceilings_are_exported_next_to_usage_per_namespace() {
+    use std::os::unix::fs::MetadataExt as _;
+    let daemon = start_daemon(&[]);
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41009");
+    let _a = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    assert_eq!(ns.client(&["--to", "127.0.0.1:8080", "--count", "10", "--hold"]).connected, 10);
+    let _b = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
+    assert_eq!(ns.client(&["--to", "127.0.0.1:8082", "--count", "3", "--hold"]).connected, 3);
+    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
+    let netns = format!("network_namespace=\"{inode}\"");
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_ephemeral_ports_used", &[&netns, "server_port=\"8080\""]) == Some(10)
+    });
+    // What ss shows: every socket holding one of the 10 ports toward :8080.
+    let ss = ns.command("ss").args(["-Htan", "state", "connected", "dst", "127.0.0.1:8080"]).output().unwrap();
+    let held = String::from_utf8_lossy(&ss.stdout).lines().count() as u64;
+    assert_eq!(sample(&body, "observer_ephemeral_ports_used", &[&netns, "server_port=\"8080\""]), Some(held), "{body}");
+    assert_eq!(sample(&body, "observer_ephemeral_ports_limit", &[&netns]), Some(10));
+    assert_eq!(
+        sample(&body, "observer_listen_queue_length", &[&netns, "server_port=\"8082\""]),
+        Some(ns.accept_queue(8082))
+    );
+    assert_eq!(sample(&body, "observer_listen_queue_limit", &[&netns, "server_port=\"8082\""]), Some(5));
+    let tw = ns.command("ss").args(["-Htan", "state", "time-wait"]).output().unwrap();
+    let tw = String::from_utf8_lossy(&tw.stdout).lines().count() as u64;
+    assert_eq!(sample(&body, "observer_time_wait_sockets", &[&netns]), Some(tw));
+    assert_eq!(sample(&body, "observer_net_setting", &[&netns, "setting=\"ip_local_port_range_low\""]), Some(41000));
+    assert!(sample(&body, "observer_time_wait_limit", &["network_namespace=\"host\""]).is_some(), "{body}");
+}

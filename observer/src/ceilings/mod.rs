@@ -56,11 +56,26 @@ fn netns_inode(path: &Path) -> Option<u32> {
     std::fs::metadata(path).ok().map(|m| m.ino() as u32)
 }
 
+/// The usage of every network namespace of the host, each named "host" or
+/// by its inode number (stable for the namespace's life, unlike a pid):
+/// what the daemon exports as gauges every interval.
+pub fn sweep(proc_root: &Path) -> Vec<(String, NetnsUsage)> {
+    let host = host_netns(proc_root);
+    sock_diag::in_each_namespace(sock_diag::namespaces(proc_root), move |inode| {
+        let name = if Some(inode) == host { "host".to_string() } else { inode.to_string() };
+        usage::read().ok().map(|u| (name, u))
+    })
+}
+
+/// The host's namespace is init's; where init is out of reach (a sandbox),
+/// the one observer runs in.
+fn host_netns(proc_root: &Path) -> Option<u32> {
+    netns_inode(&proc_root.join("1/ns/net")).or_else(|| netns_inode(Path::new("/proc/self/ns/net")))
+}
+
 /// Run the check list on `scope`.
 pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::Result<Report> {
-    // The host's namespace is init's; where init is out of reach (a
-    // sandbox), the one observer runs in.
-    let host = netns_inode(&proc_root.join("1/ns/net")).or_else(|| netns_inode(Path::new("/proc/self/ns/net")));
+    let host = host_netns(proc_root);
     let namespaces: BTreeMap<u32, PathBuf> = match scope {
         Scope::All => sock_diag::namespaces(proc_root),
         Scope::Netns(path) => {

@@ -42,7 +42,13 @@ pub struct State {
     pub collection_failures: u64,
     /// By exporter: "prometheus" (scrapes), "otlp" (pushes).
     pub exports: std::collections::BTreeMap<&'static str, otlp::ExportCounts>,
+    /// The last sweep of every namespace's ceilings and their usage.
+    pub ceilings: Vec<(String, crate::ceilings::usage::NetnsUsage)>,
 }
+
+/// Destinations per namespace that get an ephemeral-ports series: the
+/// closest to exhaustion (the sweep sorts them by use).
+pub const TOP_DESTINATIONS: usize = 20;
 
 pub type Shared = Arc<Mutex<State>>;
 
@@ -324,6 +330,8 @@ fn register(meter: &Meter, state: Shared) {
         })
         .build();
 
+    register_ceilings(meter, &state);
+
     type FillPick = fn(&(&'static str, u64, u64)) -> u64;
     let fill: [(&str, &str, FillPick); 2] = [
         ("observer.map.entries", "Entries in each counter map now (see observer.map.capacity)", |f| f.1),
@@ -343,6 +351,127 @@ fn register(meter: &Meter, state: Shared) {
             })
             .build();
     }
+}
+
+/// Ceilings next to usage, per network namespace (`network_namespace`:
+/// "host" or the namespace's inode number).
+fn register_ceilings(meter: &Meter, state: &Shared) {
+    let st = state.clone();
+    meter
+        .u64_observable_gauge("observer.ephemeral_ports.used")
+        .with_description(
+            "Local ports of the ephemeral range in use toward a destination (all states holding one, TIME_WAIT \
+             included), for the most used destinations of each namespace; compare with \
+             observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
+        )
+        .with_unit("{port}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (netns, u) in &st.ceilings {
+                for d in u.destinations.iter().take(TOP_DESTINATIONS) {
+                    obs.observe(
+                        d.used.into(),
+                        &[
+                            KeyValue::new("network_namespace", netns.clone()),
+                            KeyValue::new("source.address", d.source.to_string()),
+                            KeyValue::new("server.address", d.destination.ip().to_string()),
+                            KeyValue::new("server.port", i64::from(d.destination.port())),
+                        ],
+                    );
+                }
+            }
+        })
+        .build();
+    type NetnsPick = fn(&crate::ceilings::usage::NetnsUsage) -> u64;
+    let per_netns: [(&str, &str, &str, NetnsPick); 3] = [
+        (
+            "observer.ephemeral_ports.limit",
+            "Local ports connect() can use toward one destination: ip_local_port_range minus the reserved ports",
+            "{port}",
+            |u| u.settings.ephemeral_ports().into(),
+        ),
+        ("observer.time_wait.sockets", "TCP sockets in TIME_WAIT now", "{socket}", |u| u.time_wait.into()),
+        (
+            "observer.time_wait.limit",
+            "net.ipv4.tcp_max_tw_buckets: beyond it, sockets skip TIME_WAIT (TCPTimeWaitOverflow)",
+            "{socket}",
+            |u| u.settings.tcp_max_tw_buckets.into(),
+        ),
+    ];
+    for (name, description, unit, pick) in per_netns {
+        let st = state.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit(unit)
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                for (netns, u) in &st.ceilings {
+                    obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
+                }
+            })
+            .build();
+    }
+    type QueuePick = fn(&crate::ceilings::usage::ListenQueue) -> u64;
+    let queues: [(&str, &str, QueuePick); 2] = [
+        ("observer.listen_queue.length", "Connections waiting in a listener's accept queue (ss -lnt Recv-Q)", |q| {
+            q.queued.into()
+        }),
+        ("observer.listen_queue.limit", "A listener's accept queue limit, its backlog (ss -lnt Send-Q)", |q| {
+            q.backlog.into()
+        }),
+    ];
+    for (name, description, pick) in queues {
+        let st = state.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{connection}")
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                for (netns, u) in &st.ceilings {
+                    for q in &u.listeners {
+                        obs.observe(
+                            pick(q),
+                            &[
+                                KeyValue::new("network_namespace", netns.clone()),
+                                KeyValue::new("server.address", q.address.ip().to_string()),
+                                KeyValue::new("server.port", i64::from(q.address.port())),
+                            ],
+                        );
+                    }
+                }
+            })
+            .build();
+    }
+    let st = state.clone();
+    meter
+        .u64_observable_gauge("observer.net.setting")
+        .with_description(
+            "The namespace's settings that bound connections: ip_local_port_range_low/high, tcp_fin_timeout, \
+             tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets",
+        )
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (netns, u) in &st.ceilings {
+                let s = &u.settings;
+                for (setting, value) in [
+                    ("ip_local_port_range_low", u32::from(s.ip_local_port_range.0)),
+                    ("ip_local_port_range_high", u32::from(s.ip_local_port_range.1)),
+                    ("tcp_fin_timeout", s.tcp_fin_timeout),
+                    ("tcp_tw_reuse", s.tcp_tw_reuse),
+                    ("somaxconn", s.somaxconn),
+                    ("tcp_max_syn_backlog", s.tcp_max_syn_backlog),
+                    ("tcp_max_tw_buckets", s.tcp_max_tw_buckets),
+                ] {
+                    obs.observe(
+                        value.into(),
+                        &[KeyValue::new("network_namespace", netns.clone()), KeyValue::new("setting", setting)],
+                    );
+                }
+            }
+        })
+        .build();
 }
 
 #[cfg(test)]

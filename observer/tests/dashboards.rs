@@ -18,7 +18,8 @@ use std::{
 use common::{
     Netns, churn,
     daemon::{Daemon, start_daemon_with_env},
-    prometheus::{Prometheus, tool},
+    prometheus::Prometheus,
+    tool,
 };
 use serde_json::Value;
 

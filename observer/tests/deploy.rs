@@ -13,24 +13,11 @@ use std::{
     process::{Command, Stdio},
 };
 
-use common::daemon::OBSERVER;
+use common::{daemon::OBSERVER, tool};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A tool from `cargo xtask setup` (its env variable) or PATH; missing is
-/// a failure, never a skip.
-fn tool(var: &str, program: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(program));
-    let ok = Command::new(&path).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    assert!(
-        ok.is_ok_and(|s| s.success()),
-        "{program} not found at {}: run the tests with `cargo xtask test`",
-        path.display()
-    );
-    path
 }
 
 /// `kubectl kustomize <dir>`: the manifests as one YAML stream.

@@ -11,11 +11,7 @@ use std::{
     time::Duration,
 };
 
-use common::{
-    Netns,
-    daemon::start_daemon,
-    prometheus::{Prometheus, tool},
-};
+use common::{Netns, daemon::start_daemon, prometheus::Prometheus, tool};
 
 #[test]
 fn prometheus_finds_the_exact_eaddrnotavail_count_of_the_client() {

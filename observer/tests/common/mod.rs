@@ -6,6 +6,20 @@
 pub mod daemon;
 pub mod prometheus;
 
+/// A tool `cargo xtask setup` installs, from its environment variable
+/// (set by `cargo xtask test`), else the program on PATH. Missing is a
+/// failure naming the fix, never a skip.
+pub fn tool(var: &str, program: &str) -> std::path::PathBuf {
+    let path = std::env::var_os(var).map(std::path::PathBuf::from).unwrap_or_else(|| program.into());
+    let found = Command::new(&path).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    assert!(
+        found.is_ok_and(|s| s.success()),
+        "{program} not found at {}: run the tests with `cargo xtask test`, which installs it",
+        path.display()
+    );
+    path
+}
+
 use std::{
     collections::{BTreeMap, HashMap},
     io::{BufRead, BufReader},

@@ -8,20 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::daemon::free_port;
-
-/// `OBSERVER_PROMETHEUS`/`OBSERVER_PROMTOOL` (set by `cargo xtask test`),
-/// else the program on PATH. Missing is a failure, never a skip.
-pub fn tool(var: &str, program: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(program));
-    let found = Command::new(&path).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    assert!(
-        found.is_ok_and(|s| s.success()),
-        "{program} not found at {}: run the tests with `cargo xtask test`, which installs it",
-        path.display()
-    );
-    path
-}
+use super::{daemon::free_port, tool};
 
 pub struct Prometheus {
     child: Child,

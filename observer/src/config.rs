@@ -47,6 +47,7 @@ pub struct FileConfig {
     pub otlp_interval: Option<Duration>,
     #[serde(default, deserialize_with = "temporality")]
     pub otlp_temporality: Option<TemporalityChoice>,
+    pub otlp_certificate: Option<PathBuf>,
 }
 
 /// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
@@ -226,6 +227,7 @@ mod tests {
             otlp-timeout = "2s"
             otlp-interval = "15000"
             otlp-temporality = "delta"
+            otlp-certificate = "/etc/observer/ca.pem"
             "#,
         )
         .unwrap();
@@ -247,6 +249,7 @@ mod tests {
         assert_eq!(c.otlp_timeout, Some(Duration::from_secs(2)));
         assert_eq!(c.otlp_interval, Some(Duration::from_secs(15)));
         assert_eq!(c.otlp_temporality, Some(TemporalityChoice::Delta));
+        assert_eq!(c.otlp_certificate, Some(PathBuf::from("/etc/observer/ca.pem")));
         assert_eq!(FileConfig::parse("").unwrap(), FileConfig::default());
     }
 

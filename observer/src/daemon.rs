@@ -64,13 +64,14 @@ impl RunConfig {
             None => "# otlp-endpoint: not set, no OTLP push\n".to_string(),
             Some(o) => format!(
                 "otlp-endpoint = \"{}\"\notlp-protocol = \"{}\"\notlp-headers = \"{}\"\notlp-timeout = \"{}\"\n\
-                 otlp-interval = \"{}\"\notlp-temporality = \"{}\"\n",
+                 otlp-interval = \"{}\"\notlp-temporality = \"{}\"\n{}",
                 o.endpoint,
                 o.protocol,
                 o.headers.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","),
                 humantime::format_duration(o.timeout),
                 humantime::format_duration(o.interval),
                 o.temporality,
+                o.certificate.as_ref().map(|c| format!("otlp-certificate = \"{}\"\n", c.display())).unwrap_or_default(),
             ),
         };
         format!(

@@ -50,7 +50,93 @@ impl MetricsService for GrpcReceiver {
     }
 }
 
+/// A throwaway CA and a certificate for 127.0.0.1 it signed (PEM), the
+/// CA also as a file for `--otlp-certificate`.
+struct Pki {
+    ca_file: std::path::PathBuf,
+    cert: String,
+    key: String,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "observer test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.subject_alt_names.push(rcgen::SanType::IpAddress([127, 0, 0, 1].into()));
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let ca_file = std::env::temp_dir().join(format!("observer-test-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        Self { ca_file, cert: cert.pem(), key: key.serialize_pem() }
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.ca_file);
+    }
+}
+
+/// axum's listener over TLS: a TCP accept, then the handshake.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else { continue };
+            // A client that refuses our certificate fails here: wait for the next.
+            if let Ok(tls) = self.tls.accept(stream).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
 impl Sink {
+    /// gRPC over TLS with the PKI's certificate.
+    fn grpc_tls(port: u16, pki: &Pki) -> Self {
+        let received = Received::default();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let service = MetricsServiceServer::new(GrpcReceiver(received.clone()));
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(addr)).expect("bind the gRPC sink");
+        let identity = tonic::transport::Identity::from_pem(&pki.cert, &pki.key);
+        let server = tonic::transport::Server::builder()
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .expect("server TLS")
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        runtime.spawn(server);
+        Self { received, _runtime: runtime }
+    }
+
+    /// OTLP/HTTP over TLS with the PKI's certificate.
+    fn http_tls(port: u16, pki: &Pki) -> Self {
+        use rustls::pki_types::pem::PemObject as _;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(pki.cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(pki.key.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
+        Self::http_on(port, Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))))
+    }
+
     fn grpc(port: u16) -> Self {
         let received = Received::default();
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -67,6 +153,10 @@ impl Sink {
 
     /// OTLP/HTTP: POST /v1/metrics, body an ExportMetricsServiceRequest.
     fn http(port: u16) -> Self {
+        Self::http_on(port, None)
+    }
+
+    fn http_on(port: u16, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         use axum::{body::Bytes, http::StatusCode, routing::post};
         let received = Received::default();
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -90,7 +180,10 @@ impl Sink {
         );
         let listener =
             runtime.block_on(tokio::net::TcpListener::bind(("127.0.0.1", port))).expect("bind the HTTP sink");
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        match tls {
+            Some(tls) => runtime.spawn(async move { axum::serve(TlsListener { tcp: listener, tls }, app).await }),
+            None => runtime.spawn(async move { axum::serve(listener, app).await }),
+        };
         Self { received, _runtime: runtime }
     }
 
@@ -336,4 +429,52 @@ fn sigterm_pushes_the_last_counts_and_exits() {
     assert!(status.success(), "{status:?}");
     assert_eq!(sink.requests(), 1, "one final push");
     assert_eq!(sink.latest("observer.tcp.connect_errors", &error_attrs(pid)), failures as i64);
+}
+
+/// https: an unknown CA is refused over gRPC and HTTP (nothing arrives
+/// unverified); over HTTP the CA given with OTEL_EXPORTER_OTLP_CERTIFICATE
+/// (`--otlp-certificate`) is trusted and the pushes arrive; with gRPC that
+/// option is refused at start with a message saying what to do instead.
+#[test]
+fn https_pushes_verify_the_collector() {
+    let pki = Pki::new();
+    for (protocol, sink) in [("http/protobuf", Sink::http_tls as fn(u16, &Pki) -> Sink), ("grpc", Sink::grpc_tls)] {
+        let port = free_port();
+        let sink = sink(port, &pki);
+        let endpoint = format!("https://127.0.0.1:{port}");
+        let args = ["--otlp-endpoint", &endpoint, "--otlp-protocol", protocol, "--otlp-interval", "300ms"];
+
+        let untrusting = start_daemon_with_env(&args, &[]);
+        let body = scrape_until(&untrusting, Duration::from_secs(20), |b| {
+            sample(b, "observer_export_failures_total", &["exporter=\"otlp\""]).is_some_and(|n| n >= 2)
+        });
+        assert!(
+            sample(&body, "observer_export_failures_total", &["exporter=\"otlp\""]).is_some_and(|n| n >= 2),
+            "{protocol}: an unknown CA must be refused: {body}"
+        );
+        if protocol == "grpc" {
+            assert!(untrusting.log().contains("UnknownIssuer"), "{protocol}: {}", untrusting.log());
+        }
+        assert_eq!(sink.requests(), 0, "{protocol}: nothing may arrive unverified");
+        drop(untrusting);
+
+        let ca = pki.ca_file.to_str().unwrap();
+        if protocol == "grpc" {
+            let out = std::process::Command::new(common::daemon::OBSERVER)
+                .args(["run", "--prometheus-listen", "127.0.0.1:0", "--otlp-certificate", ca])
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains("works with --otlp-protocol http/protobuf only"), "{err}");
+            continue;
+        }
+        let _trusting = start_daemon_with_env(&args, &[("OTEL_EXPORTER_OTLP_CERTIFICATE", ca)]);
+        assert!(
+            sink.wait_for(Duration::from_secs(20), |s| s.requests() > 0),
+            "{protocol}: nothing arrived with the CA"
+        );
+        assert_eq!(string_attr(&sink.resource(), "service.name").as_deref(), Some("observer"));
+    }
 }

@@ -138,6 +138,11 @@ pub struct RunArgs {
         help_heading = "OTLP push"
     )]
     pub otlp_temporality: Option<TemporalityChoice>,
+
+    /// A CA certificate (PEM) to trust for an https endpoint, besides the
+    /// system's CA certificates (e.g. the collector's private CA).
+    #[arg(long, value_name = "FILE", env = "OTEL_EXPORTER_OTLP_CERTIFICATE", help_heading = "OTLP push")]
+    pub otlp_certificate: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -175,6 +180,7 @@ impl RunArgs {
                 timeout: self.otlp_timeout.or(file.otlp_timeout).unwrap_or(Duration::from_secs(10)),
                 interval: self.otlp_interval.or(file.otlp_interval).unwrap_or(Duration::from_secs(60)),
                 temporality: self.otlp_temporality.or(file.otlp_temporality).unwrap_or(TemporalityChoice::Cumulative),
+                certificate: self.otlp_certificate.or(file.otlp_certificate),
             }),
         })
     }

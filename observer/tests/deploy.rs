@@ -8,12 +8,11 @@
 mod common;
 
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
-use common::{daemon::OBSERVER, tool};
+use common::{daemon::OBSERVER, run_with_input, tool};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -30,15 +29,12 @@ fn kustomize(dir: &str) -> String {
 
 /// The YAML stream as JSON documents (PyYAML, from kubernetes-validate's venv).
 fn documents(yaml: &str) -> Vec<Value> {
-    let mut child = Command::new(tool("OBSERVER_K8S_PYTHON", "python3"))
-        .args(["-c", "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "not YAML");
+    let out = run_with_input(
+        Command::new(tool("OBSERVER_K8S_PYTHON", "python3"))
+            .args(["-c", "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))"]),
+        yaml.as_bytes(),
+    );
+    assert!(out.status.success(), "not YAML: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

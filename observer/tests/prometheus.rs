@@ -5,13 +5,9 @@
 //! metrics` must find nothing wrong with what observer serves.
 mod common;
 
-use std::{
-    io::Write,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
-use common::{Netns, daemon::start_daemon, prometheus::Prometheus, tool};
+use common::{Netns, daemon::start_daemon, prometheus::Prometheus, run_with_input, tool};
 
 #[test]
 fn prometheus_finds_the_exact_eaddrnotavail_count_of_the_client() {
@@ -56,15 +52,10 @@ fn promtool_finds_no_problem_in_the_exposition() {
     });
     let exposition = body.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or(&body);
     assert!(exposition.contains("observer_tcp_connects_total{"), "{exposition}");
-    let mut promtool = Command::new(tool("OBSERVER_PROMTOOL", "promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    promtool.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(tool("OBSERVER_PROMTOOL", "promtool")).args(["check", "metrics"]),
+        exposition.as_bytes(),
+    );
     let report = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && report.trim().is_empty(), "promtool check metrics:\n{report}");
 }

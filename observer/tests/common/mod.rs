@@ -6,6 +6,14 @@
 pub mod daemon;
 pub mod prometheus;
 
+/// Run `cmd` with `input` on its standard input; its output.
+pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A tool `cargo xtask setup` installs, from its environment variable
 /// (set by `cargo xtask test`), else the program on PATH. Missing is a
 /// failure naming the fix, never a skip.

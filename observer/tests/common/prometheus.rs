@@ -64,39 +64,30 @@ impl Prometheus {
         Some((status, body))
     }
 
-    /// An instant query through the HTTP API: each series' labels and value.
-    pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    /// A query through the HTTP API (`/api/v1/<kind>?query=...<extra>`):
+    /// its result array.
+    fn api(&self, kind: &str, promql: &str, extra: &str) -> Vec<serde_json::Value> {
         let encoded = percent_encoding::utf8_percent_encode(promql, percent_encoding::NON_ALPHANUMERIC);
-        let (status, body) = self.get(&format!("/api/v1/query?query={encoded}")).expect("query prometheus");
+        let (status, body) = self.get(&format!("/api/v1/{kind}?query={encoded}{extra}")).expect("query prometheus");
         assert_eq!(status, 200, "{promql}: {body}");
         let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
-        answer["data"]["result"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{promql}: {body}"))
-            .iter()
-            .map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap()))
-            .collect()
+        answer["data"]["result"].as_array().cloned().unwrap_or_else(|| panic!("{promql}: {body}"))
+    }
+
+    /// An instant query: each series' labels and value.
+    pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let value = |v: &serde_json::Value| v[1].as_str().unwrap().parse().unwrap();
+        self.api("query", promql, "").iter().map(|r| (r["metric"].clone(), value(&r["value"]))).collect()
     }
 
     /// A range query, as Grafana runs a graph: each series' labels and its
     /// values from `start` to now (Unix seconds), one per `step` seconds.
     pub fn query_range(&self, promql: &str, start: u64, step: u64) -> Vec<(serde_json::Value, Vec<f64>)> {
-        let encoded = percent_encoding::utf8_percent_encode(promql, percent_encoding::NON_ALPHANUMERIC);
         let end = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
-        let (status, body) = self
-            .get(&format!("/api/v1/query_range?query={encoded}&start={start}&end={end}&step={step}"))
-            .expect("query prometheus");
-        assert_eq!(status, 200, "{promql}: {body}");
-        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
-        answer["data"]["result"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{promql}: {body}"))
+        let value = |v: &serde_json::Value| v[1].as_str().unwrap().parse().unwrap();
+        self.api("query_range", promql, &format!("&start={start}&end={end}&step={step}"))
             .iter()
-            .map(|r| {
-                let values =
-                    r["values"].as_array().unwrap().iter().map(|v| v[1].as_str().unwrap().parse().unwrap()).collect();
-                (r["metric"].clone(), values)
-            })
+            .map(|r| (r["metric"].clone(), r["values"].as_array().unwrap().iter().map(value).collect()))
             .collect()
     }
 

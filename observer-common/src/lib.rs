@@ -151,7 +151,29 @@ pub mod lost {
     pub const SLOTS: u32 = 4;
 }
 
+/// The LRU maps (entries the kernel evicts to make room when full) and the
+/// indexes of the `LRU_CHURN` per-CPU array, which counts per map the
+/// entries the programs created and removed. An LRU map evicts silently,
+/// so userspace derives evictions: created - removed - entries now.
+pub mod lru {
+    pub const SOCK_OWNERS: u32 = 0;
+    pub const LISTENERS: u32 = 1;
+    pub const INFLIGHT_CONNECTS: u32 = 2;
+    pub const THREAD_CONNECTS: u32 = 3;
+    pub const MAPS: u32 = 4;
+    /// Slot of `map`'s count of created entries.
+    pub const fn created(map: u32) -> u32 {
+        map * 2
+    }
+    /// Slot of `map`'s count of removed entries.
+    pub const fn removed(map: u32) -> u32 {
+        map * 2 + 1
+    }
+    pub const SLOTS: u32 = MAPS * 2;
+}
+
 /// Map capacities, shared so userspace can report how full each map is.
+/// `SOCK_OWNERS` is the default; `observer run --max-sockets` sets it.
 pub mod capacity {
     pub const PROC_COUNTERS: u32 = 16_384;
     pub const CONNECT_ERRORS: u32 = 16_384;

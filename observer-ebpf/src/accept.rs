@@ -6,8 +6,10 @@ use aya_ebpf::{
     programs::{FExitContext, RetProbeContext, TracePointContext},
 };
 
+use observer_common::lru;
+
 use crate::{
-    counters::{ProcCounter, bump_proc},
+    counters::{ProcCounter, bump_proc, lru_insert},
     kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
     maps::SOCK_OWNERS,
 };
@@ -63,5 +65,5 @@ fn on_accepted(sk: u64) {
     }
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Accepts);
-    let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
 }

@@ -11,10 +11,10 @@ use aya_ebpf::{
     macros::{fentry, kprobe, tracepoint},
     programs::{FEntryContext, ProbeContext, TracePointContext},
 };
-use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, lost};
+use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, lost, lru};
 
 use crate::{
-    counters::{ProcCounter, bump_connect_error, bump_proc, count_lost},
+    counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
     kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
     maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
 };
@@ -42,7 +42,7 @@ pub fn connect_enter(ctx: TracePointContext) -> u32 {
         // Not tracked (unix, UDP, unreadable arguments): forget any
         // previous connect of this thread, so this connect's exit can never
         // match a stale entry. A tracked connect overwrites the entry.
-        let _ = THREAD_CONNECTS.remove(&bpf_get_current_pid_tgid());
+        lru_remove(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &bpf_get_current_pid_tgid());
     }
     0
 }
@@ -73,7 +73,7 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
     let actor = current_actor();
     if config().connects_from_syscall == 1 {
         // Otherwise the tcp_connect hook records the owner.
-        let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
     }
     match INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
         // A non-blocking connect() asked again (EALREADY): keep the pending
@@ -94,12 +94,12 @@ fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
                 async_errno: 0,
                 _pad: 0,
             };
-            if INFLIGHT_CONNECTS.insert(&sk, &entry, 0).is_err() {
+            if lru_insert(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk, &entry).is_err() {
                 count_lost(lost::INFLIGHT_FULL);
             }
         }
     }
-    let _ = THREAD_CONNECTS.insert(&pid_tgid, &sk, 0);
+    let _ = lru_insert(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &pid_tgid, &sk);
     Ok(())
 }
 
@@ -115,7 +115,7 @@ fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let Some(&sk) = (unsafe { THREAD_CONNECTS.get(&pid_tgid) }) else {
         return Ok(());
     };
-    let _ = THREAD_CONNECTS.remove(&pid_tgid);
+    lru_remove(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &pid_tgid);
     let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) else {
         return Ok(());
     };
@@ -133,13 +133,13 @@ fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
 
     match -ret {
         0 | EISCONN => {
-            let _ = INFLIGHT_CONNECTS.remove(&sk);
+            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
         }
         EINPROGRESS | EALREADY | EINTR => pending(entry, sk),
         errno if ERESTART.contains(&errno) => pending(entry, sk),
         errno => {
             count_error(entry, errno as u32);
-            let _ = INFLIGHT_CONNECTS.remove(&sk);
+            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
         }
     }
     Ok(())
@@ -154,7 +154,7 @@ fn pending(entry: &mut InflightConnect, sk: u64) {
         if entry.async_errno != 0 {
             count_error(entry, entry.async_errno);
         }
-        let _ = INFLIGHT_CONNECTS.remove(&sk);
+        lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
     } else {
         entry.in_syscall = 0;
     }
@@ -191,5 +191,5 @@ pub fn tcp_connect_kprobe(ctx: ProbeContext) -> u32 {
 fn on_tcp_connect(sk: u64) {
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Connects);
-    let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
 }

@@ -5,9 +5,10 @@
 //! other CPU ever touches this copy). The bpf target offers no atomic
 //! read-modify-write through `core::sync::atomic`, hence the one line of asm:
 //! BPF_ATOMIC | BPF_ADD, which every kernel we support has.
-use observer_common::{Actor, ConnectErrorKey, ProcCounters, ProcKey, lost};
+use aya_ebpf::maps::LruHashMap;
+use observer_common::{Actor, ConnectErrorKey, ProcCounters, ProcKey, lost, lru};
 
-use crate::maps::{CONNECT_ERRORS, LOST, PROC_COUNTERS};
+use crate::maps::{CONNECT_ERRORS, LOST, LRU_CHURN, PROC_COUNTERS};
 
 #[derive(Clone, Copy)]
 pub enum ProcCounter {
@@ -25,7 +26,39 @@ fn add(slot: *mut u64, n: u64) {
 
 #[inline(always)]
 pub fn count_lost(slot: u32) {
-    if let Some(p) = LOST.get_ptr_mut(slot) {
+    add_to(&LOST, slot);
+}
+
+/// Put `key` in the LRU map `which` (an `lru` index), counting the entry
+/// when it is new, so userspace can tell how many the kernel evicted.
+/// An existing entry is overwritten (a socket address reused, a listener
+/// reopened) without counting.
+#[inline(always)]
+pub fn lru_insert<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K, value: &V) -> Result<(), i32> {
+    const BPF_ANY: u64 = 0;
+    const BPF_NOEXIST: u64 = 1;
+    const EEXIST: i32 = 17;
+    match map.insert(key, value, BPF_NOEXIST) {
+        Ok(()) => {
+            add_to(&LRU_CHURN, lru::created(which));
+            Ok(())
+        }
+        Err(e) if e == -EEXIST => map.insert(key, value, BPF_ANY),
+        Err(e) => Err(e),
+    }
+}
+
+/// Take `key` out of the LRU map `which`, counting it if it was there.
+#[inline(always)]
+pub fn lru_remove<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K) {
+    if map.remove(key).is_ok() {
+        add_to(&LRU_CHURN, lru::removed(which));
+    }
+}
+
+#[inline(always)]
+fn add_to(array: &aya_ebpf::maps::PerCpuArray<u64>, slot: u32) {
+    if let Some(p) = array.get_ptr_mut(slot) {
         add(p, 1);
     }
 }

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey,
-    RecentlyCounted, capacity, lost,
+    RecentlyCounted, capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -93,3 +93,7 @@ pub static TIME_WAIT_RECENT: PerCpuArray<RecentlyCounted> = PerCpuArray::with_ma
 /// Updates that could not be made because a map was full (see `lost`).
 #[map]
 pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0);
+
+/// Entries the programs created and removed in each LRU map (see `lru`).
+#[map]
+pub static LRU_CHURN: PerCpuArray<u64> = PerCpuArray::with_max_entries(lru::SLOTS, 0);

@@ -8,10 +8,11 @@
 //!   hook is attached (one of the pair of programs of time_wait.rs);
 //! - -> CLOSE: forget the socket's owner.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use observer_common::{ListenerKey, tcp_state::*};
+use observer_common::{ListenerKey, lru, tcp_state::*};
 
 use crate::{
     connect::count_error,
+    counters::{lru_insert, lru_remove},
     kernel::{IPPROTO_TCP, current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol},
     maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config},
     time_wait::{count_once_per_pair, is_time_wait_entry},
@@ -47,11 +48,11 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         _ => {}
     }
     if new == CLOSE {
-        let _ = SOCK_OWNERS.remove(&sk);
+        lru_remove(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk);
         if old != SYN_SENT {
             // Normally gone already; never let an entry outlive its socket,
             // since a new socket may get the same address.
-            let _ = INFLIGHT_CONNECTS.remove(&sk);
+            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
         }
     }
     0
@@ -74,7 +75,7 @@ fn syn_sent_ended(sk: u64, new: i32) {
     if err != 0 {
         count_error(entry, err as u32);
     }
-    let _ = INFLIGHT_CONNECTS.remove(&sk);
+    lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
 }
 
 /// listen(): process context, so the current task owns the listener.
@@ -82,6 +83,6 @@ fn syn_sent_ended(sk: u64, new: i32) {
 fn record_listener(sk: u64) {
     let actor = current_actor();
     let key = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
-    let _ = LISTENERS.insert(&key, &actor, 0);
-    let _ = SOCK_OWNERS.insert(&sk, &actor, 0);
+    let _ = lru_insert(&LISTENERS, lru::LISTENERS, &key, &actor);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
 }

@@ -31,6 +31,8 @@ pub struct FileConfig {
     pub max_processes: Option<u32>,
     #[serde(default, deserialize_with = "series_limit")]
     pub max_destinations: Option<u32>,
+    #[serde(default, deserialize_with = "max_sockets")]
+    pub max_sockets: Option<u32>,
     pub proc_root: Option<PathBuf>,
     pub kernel_btf: Option<PathBuf>,
     pub cgroup_root: Option<PathBuf>,
@@ -86,6 +88,21 @@ pub fn parse_series_limit(s: &str) -> Result<u32, String> {
 
 fn series_limit_in_range(n: i64) -> Result<u32, String> {
     const RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+    u32::try_from(n)
+        .ok()
+        .filter(|n| RANGE.contains(n))
+        .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
+}
+
+/// How many sockets' owners the kernel side remembers (SOCK_OWNERS).
+pub fn parse_max_sockets(s: &str) -> Result<u32, String> {
+    max_sockets_in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
+}
+
+fn max_sockets_in_range(n: i64) -> Result<u32, String> {
+    // Below 1024 the LRU map's per-CPU free lists would evict from the
+    // start; above 4Mi entries the map alone needs ~400 MiB of kernel memory.
+    const RANGE: std::ops::RangeInclusive<u32> = 1024..=4 * 1024 * 1024;
     u32::try_from(n)
         .ok()
         .filter(|n| RANGE.contains(n))
@@ -203,6 +220,10 @@ fn series_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error
     series_limit_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
 }
 
+fn max_sockets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    max_sockets_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +238,7 @@ mod tests {
             attach-mode = "tracepoint"
             max-processes = 50
             max-destinations = 20
+            max-sockets = 262144
             proc-root = "/host/proc"
             kernel-btf = "/btf/vmlinux"
             cgroup-root = "/host/sys/fs/cgroup"
@@ -236,6 +258,7 @@ mod tests {
         assert_eq!(c.grace, Some(Duration::from_secs(300)));
         assert_eq!(c.attach_mode, Some(AttachMode::Tracepoint));
         assert_eq!((c.max_processes, c.max_destinations), (Some(50), Some(20)));
+        assert_eq!(c.max_sockets, Some(262_144));
         assert_eq!(c.proc_root, Some(PathBuf::from("/host/proc")));
         assert_eq!(c.kernel_btf, Some(PathBuf::from("/btf/vmlinux")));
         assert_eq!(c.cgroup_root, Some(PathBuf::from("/host/sys/fs/cgroup")));
@@ -264,6 +287,7 @@ mod tests {
             ("attach-mode = \"uprobe\"", "line 1", "not an attach mode"),
             ("max-processes = 0", "line 1", "out of range"),
             ("max-destinations = \"many\"", "line 1", "invalid type"),
+            ("max-sockets = 100", "line 1", "out of range"),
             ("interval = 5", "line 1", "invalid type"),
             ("interval = \"5s", "line 1", ""),
             ("otlp-endpoint = \"collector:4317\"", "line 1", "not an http(s) URL"),

@@ -27,6 +27,8 @@ pub struct RunConfig {
     pub grace: Duration,
     pub attach_mode: AttachMode,
     pub limits: Limits,
+    /// Capacity of the socket-owner map (SOCK_OWNERS).
+    pub max_sockets: u32,
     /// The host's /proc (in a container: where the host's /proc is mounted).
     pub proc_root: PathBuf,
     /// The kernel's BTF (its own, or one from BTFHub for older kernels).
@@ -47,6 +49,7 @@ impl Default for RunConfig {
             grace: Duration::from_secs(120),
             attach_mode: AttachMode::Auto,
             limits: Limits::default(),
+            max_sockets: capacity::SOCK_OWNERS,
             proc_root: PathBuf::from("/proc"),
             kernel_btf: PathBuf::from(crate::probes::offsets::VMLINUX_BTF),
             cgroup_root: None,
@@ -76,13 +79,14 @@ impl RunConfig {
         };
         format!(
             "prometheus-listen = \"{}\"\ninterval = \"{}\"\ngrace = \"{}\"\nattach-mode = \"{}\"\n\
-             max-processes = {}\nmax-destinations = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n{}pod-logs = \"{}\"\n",
+             max-processes = {}\nmax-destinations = {}\nmax-sockets = {}\nproc-root = \"{}\"\nkernel-btf = \"{}\"\n{}pod-logs = \"{}\"\n",
             self.prometheus_listen,
             humantime::format_duration(self.interval),
             humantime::format_duration(self.grace),
             self.attach_mode,
             self.limits.max_processes,
             self.limits.max_destinations,
+            self.max_sockets,
             self.proc_root.display(),
             self.kernel_btf.display(),
             match &self.cgroup_root {
@@ -102,7 +106,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         (Some(otlp), Some(reader)) => Some(otlp::Pusher::new(otlp.clone(), reader.clone())?),
         _ => None,
     };
-    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf)?;
+    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
     let mut attachments = probes.attachments.clone();
     attachments.push(check_sock_diag()?);
 
@@ -169,10 +173,7 @@ fn collect_loop(
                     ("CONNECT_ERRORS", deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
                     ("INFLIGHT_CONNECTS", deltas.lost[lost::INFLIGHT_FULL as usize]),
                 ];
-                st.map_fill = vec![
-                    ("PROC_COUNTERS", deltas.proc_entries as u64, capacity::PROC_COUNTERS as u64),
-                    ("CONNECT_ERRORS", deltas.connect_error_entries as u64, capacity::CONNECT_ERRORS as u64),
-                ];
+                st.map_fill = deltas.map_fill;
                 // Cumulative in the kernel: read as is, no delta needed.
                 st.missed =
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();

@@ -48,6 +48,8 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
         sample(&body, "observer_map_capacity", &["map=\"PROC_COUNTERS\""]),
         Some(observer_common::capacity::PROC_COUNTERS as u64)
     );
+    // The socket-owner map at its default size evicts nothing here.
+    assert_eq!(sample(&body, "observer_map_evictions_total", &["map=\"SOCK_OWNERS\""]), Some(0), "{body}");
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
         assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
     }

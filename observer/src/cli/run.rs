@@ -5,8 +5,8 @@ use clap::Args;
 
 use crate::{
     config::{
-        FileConfig, Headers, parse_endpoint, parse_grace, parse_headers, parse_interval, parse_otlp_interval,
-        parse_otlp_timeout, parse_series_limit,
+        FileConfig, Headers, parse_endpoint, parse_grace, parse_headers, parse_interval, parse_max_sockets,
+        parse_otlp_interval, parse_otlp_timeout, parse_series_limit,
     },
     daemon::RunConfig,
     error::Error,
@@ -72,6 +72,13 @@ pub struct RunArgs {
     /// counted as "other" [default: 100].
     #[arg(long, value_name = "N", value_parser = parse_series_limit, env = "OBSERVER_MAX_DESTINATIONS")]
     pub max_destinations: Option<u32>,
+
+    /// Live TCP sockets whose owning process the kernel side remembers, to
+    /// charge their TIME_WAIT to it (~100 bytes of kernel memory each);
+    /// beyond that the least recently used are forgotten. Raise it when
+    /// observer_map_evictions_total{map="SOCK_OWNERS"} grows [default: 65536].
+    #[arg(long, value_name = "N", value_parser = parse_max_sockets, env = "OBSERVER_MAX_SOCKETS")]
+    pub max_sockets: Option<u32>,
 
     /// The host's /proc, to find every network namespace (set it when
     /// running in a container with the host's /proc mounted elsewhere)
@@ -169,6 +176,7 @@ impl RunArgs {
                     .or(file.max_destinations)
                     .map_or(default.limits.max_destinations, |n| n as usize),
             },
+            max_sockets: self.max_sockets.or(file.max_sockets).unwrap_or(default.max_sockets),
             proc_root: self.proc_root.or(file.proc_root).unwrap_or(default.proc_root),
             kernel_btf: self.kernel_btf.or(file.kernel_btf).unwrap_or(default.kernel_btf),
             cgroup_root: self.cgroup_root.or(file.cgroup_root),

@@ -5,6 +5,7 @@
 //! process retired after its grace period); a key seen with a value below
 //! the last one read was deleted and recreated, so its whole value is new.
 mod listeners;
+mod lru;
 pub mod proc_owner;
 pub mod sock_diag;
 
@@ -17,7 +18,8 @@ use std::{
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 pub use listeners::{ListenerDrops, ListenerTracker};
-use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, lost};
+pub use lru::{LruMaps, MapFill};
+use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost};
 
 use crate::{
     attribution::{Attributor, PodLabels},
@@ -31,6 +33,7 @@ pub struct KernelMaps {
     pub listeners: AyaHashMap<MapData, ListenerKey, Actor>,
     pub exited: AyaHashMap<MapData, u32, u32>,
     pub lost: PerCpuArray<MapData, u64>,
+    pub lru: LruMaps,
 }
 
 /// What changed since the previous collection.
@@ -43,9 +46,8 @@ pub struct Deltas {
     pub retired: Vec<u32>,
     /// Kernel-side updates lost to full maps, cumulative, by `lost` slot.
     pub lost: [u64; lost::SLOTS as usize],
-    /// Entries in each counter map now (to report how full they are).
-    pub proc_entries: usize,
-    pub connect_error_entries: usize,
+    /// How full each map is (and, for LRU maps, what they evicted).
+    pub map_fill: Vec<MapFill>,
     /// The pod labels of every process in these deltas (None: host).
     pub pods: HashMap<u32, Option<Arc<PodLabels>>>,
 }
@@ -58,6 +60,7 @@ pub struct Collector {
     listeners: ListenerTracker,
     proc_root: PathBuf,
     attributor: Attributor,
+    evictions: lru::EvictionTracker,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -74,6 +77,7 @@ impl Collector {
             listeners: ListenerTracker::default(),
             proc_root,
             attributor,
+            evictions: lru::EvictionTracker::default(),
         }
     }
 
@@ -117,7 +121,12 @@ impl Collector {
             }
             seen_procs.push(key);
         }
-        deltas.proc_entries = seen_procs.len();
+        deltas.map_fill.push(MapFill {
+            map: "PROC_COUNTERS",
+            entries: seen_procs.len() as u64,
+            capacity: capacity::PROC_COUNTERS as u64,
+            evictions: None,
+        });
 
         let mut seen_errors = Vec::new();
         for item in self.maps.connect_errors.iter() {
@@ -130,7 +139,12 @@ impl Collector {
             }
             seen_errors.push(key);
         }
-        deltas.connect_error_entries = seen_errors.len();
+        deltas.map_fill.push(MapFill {
+            map: "CONNECT_ERRORS",
+            entries: seen_errors.len() as u64,
+            capacity: capacity::CONNECT_ERRORS as u64,
+            evictions: None,
+        });
 
         // Retire processes whose grace period is over: their final counts
         // were just read above, so deleting their entries loses nothing.
@@ -162,6 +176,7 @@ impl Collector {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
+        deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.attribute(&mut deltas);
         Ok(deltas)
     }

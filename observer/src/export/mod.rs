@@ -32,8 +32,8 @@ pub struct State {
     pub attachments: Vec<Attachment>,
     /// Kernel updates lost to full maps, by map name.
     pub lost: Vec<(&'static str, u64)>,
-    /// (map, entries, capacity)
-    pub map_fill: Vec<(&'static str, u64, u64)>,
+    /// How full each kernel map is.
+    pub map_fill: Vec<crate::collect::MapFill>,
     /// (hook, program, runs the kernel skipped), cumulative.
     pub missed: Vec<(&'static str, &'static str, u64)>,
     /// How long the last successful collection took.
@@ -332,10 +332,10 @@ fn register(meter: &Meter, state: Shared) {
 
     register_ceilings(meter, &state);
 
-    type FillPick = fn(&(&'static str, u64, u64)) -> u64;
+    type FillPick = fn(&crate::collect::MapFill) -> u64;
     let fill: [(&str, &str, FillPick); 2] = [
-        ("observer.map.entries", "Entries in each counter map now (see observer.map.capacity)", |f| f.1),
-        ("observer.map.capacity", "Maximum entries of each counter map", |f| f.2),
+        ("observer.map.entries", "Entries in each kernel map now (see observer.map.capacity)", |f| f.entries),
+        ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
     ];
     for (name, description, pick) in fill {
         let st = state.clone();
@@ -346,11 +346,29 @@ fn register(meter: &Meter, state: Shared) {
             .with_callback(move |obs| {
                 let Ok(st) = st.lock() else { return };
                 for f in &st.map_fill {
-                    obs.observe(pick(f), &[KeyValue::new("map", f.0)]);
+                    obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
                 }
             })
             .build();
     }
+    let st = state.clone();
+    meter
+        .u64_observable_counter("observer.map.evictions")
+        .with_description(
+            "Entries an LRU map dropped to make room (at least this many): SOCK_OWNERS evictions mean \
+             TIME_WAIT entries charged to no process, INFLIGHT_CONNECTS/THREAD_CONNECTS evictions mean lost \
+             connect() errors; raise --max-sockets when SOCK_OWNERS evicts",
+        )
+        .with_unit("{entry}")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for f in &st.map_fill {
+                if let Some(evictions) = f.evictions {
+                    obs.observe(evictions, &[KeyValue::new("map", f.map)]);
+                }
+            }
+        })
+        .build();
 }
 
 /// Ceilings next to usage, per network namespace (`network_namespace`:

@@ -12,11 +12,14 @@ use aya::{
     maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
 };
 pub use hooks::{Attachment, HOOKS, Hook};
-use observer_common::Config;
+use observer_common::{Config, capacity};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
-use crate::{collect::KernelMaps, error::Error};
+use crate::{
+    collect::{KernelMaps, LruMaps},
+    error::Error,
+};
 
 /// The eBPF object, built by build.rs with aya-build.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -57,15 +60,15 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// `load_with_btf` with the kernel's own BTF.
+    /// `load_with_btf` with the kernel's own BTF and the default map sizes.
     pub fn load(mode: AttachMode) -> Result<(Self, KernelMaps), Error> {
-        Self::load_with_btf(mode, Path::new(offsets::VMLINUX_BTF))
+        Self::load_with_btf(mode, Path::new(offsets::VMLINUX_BTF), capacity::SOCK_OWNERS)
     }
 
     /// Check privileges and kernel features, load the object with this
-    /// kernel's struct offsets (from the BTF at `btf_path`), and attach
-    /// every hook.
-    pub fn load_with_btf(mode: AttachMode, btf_path: &Path) -> Result<(Self, KernelMaps), Error> {
+    /// kernel's struct offsets (from the BTF at `btf_path`) and room for
+    /// `max_sockets` socket owners, and attach every hook.
+    pub fn load_with_btf(mode: AttachMode, btf_path: &Path, max_sockets: u32) -> Result<(Self, KernelMaps), Error> {
         privileges::check()?;
         privileges::ensure_tracefs()?;
         raise_memlock_rlimit();
@@ -75,6 +78,7 @@ impl Probes {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("OFFSETS", &kernel_offsets, true)
+            .map_max_entries("SOCK_OWNERS", max_sockets)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(error_chain(&e)))?;
 
@@ -89,7 +93,7 @@ impl Probes {
                 ProgramHandle::open(&ebpf, hook, program).map_err(|reason| Error::Load(format!("{program}: {reason}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let maps = take_maps(&mut ebpf)?;
+        let maps = take_maps(&mut ebpf, max_sockets)?;
         Ok((Self { _ebpf: ebpf, attachments, programs }, maps))
     }
 }
@@ -101,7 +105,7 @@ fn raise_memlock_rlimit() {
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, unlimited, unlimited);
 }
 
-fn take_maps(ebpf: &mut Ebpf) -> Result<KernelMaps, Error> {
+fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
     fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
         ebpf: &mut Ebpf,
         name: &'static str,
@@ -115,6 +119,13 @@ fn take_maps(ebpf: &mut Ebpf) -> Result<KernelMaps, Error> {
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, "LISTENERS")?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, "EXITED")?,
         lost: take::<PerCpuArray<_, _>>(ebpf, "LOST")?,
+        lru: LruMaps {
+            sock_owners: take::<AyaHashMap<_, _, _>>(ebpf, "SOCK_OWNERS")?,
+            inflight_connects: take::<AyaHashMap<_, _, _>>(ebpf, "INFLIGHT_CONNECTS")?,
+            thread_connects: take::<AyaHashMap<_, _, _>>(ebpf, "THREAD_CONNECTS")?,
+            churn: take::<PerCpuArray<_, _>>(ebpf, "LRU_CHURN")?,
+            capacities: [max_sockets, capacity::LISTENERS, capacity::INFLIGHT_CONNECTS, capacity::THREAD_CONNECTS],
+        },
     })
 }
 

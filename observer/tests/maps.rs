@@ -1,0 +1,71 @@
+//! Self-telemetry of the kernel maps: an LRU map that overflows says so.
+//! Alone in its test binary, so the host's TCP traffic during the test is
+//! this test's own (test binaries run one after another).
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    Netns,
+    daemon::{sample, scrape_until, start_daemon},
+};
+
+fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let label = format!("map=\"{map}\"");
+    (
+        sample(body, "observer_map_entries", &[&label]),
+        sample(body, "observer_map_capacity", &[&label]),
+        sample(body, "observer_map_evictions_total", &[&label]),
+    )
+}
+
+/// 2000 connections held open, both ends owned by a process: 4001 sockets
+/// (with the listener) whose owner SOCK_OWNERS must remember, in a map
+/// sized 1024 by --max-sockets. At least 4001 - 1024 were evicted, and no
+/// more than were ever inserted; the maps that did not overflow (every
+/// connect's in-flight entries come and go) report none.
+#[test]
+fn an_overflowing_socket_owner_map_reports_its_evictions() {
+    const HELD: u64 = 2000;
+    const CAPACITY: u64 = 1024;
+    let daemon = start_daemon(&["--max-sockets", &CAPACITY.to_string()]);
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
+    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &HELD.to_string(), "--hold"]);
+    assert_eq!(client.connected, HELD, "{client:?}");
+    let owned = 2 * HELD + 1;
+
+    let least = owned - CAPACITY;
+    let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
+        lru_fill(b, "SOCK_OWNERS").2.is_some_and(|evicted| evicted >= least)
+    });
+    let (entries, capacity, evicted) = lru_fill(&body, "SOCK_OWNERS");
+    assert_eq!(capacity, Some(CAPACITY), "{body}");
+    assert!(entries.is_some_and(|n| n <= CAPACITY), "entries {entries:?}: {body}");
+    let evicted = evicted.expect("evictions of SOCK_OWNERS exported");
+    // Slack for the host's own sockets meanwhile (the scrapes themselves).
+    assert!((least..=owned + 200).contains(&evicted), "evicted {evicted}, expected {least}..={owned}: {body}");
+
+    for map in ["LISTENERS", "INFLIGHT_CONNECTS", "THREAD_CONNECTS"] {
+        let (entries, capacity, evicted) = lru_fill(&body, map);
+        assert!(capacity.is_some_and(|c| c > 0) && entries.is_some(), "{map}: {body}");
+        assert_eq!(evicted, Some(0), "{map}: {body}");
+    }
+    for map in ["PROC_COUNTERS", "CONNECT_ERRORS"] {
+        let (entries, capacity, evicted) = lru_fill(&body, map);
+        assert!(capacity.is_some() && entries.is_some(), "{map}: {body}");
+        assert_eq!(evicted, None, "{map} is not an LRU map: {body}");
+    }
+}
+
+/// An out-of-range size is refused before anything loads, naming the flag.
+#[test]
+fn max_sockets_is_bounded() {
+    let out = std::process::Command::new(common::daemon::OBSERVER)
+        .args(["run", "--max-sockets", "10", "--dry-run"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--max-sockets") && err.contains("out of range"), "{err}");
+}

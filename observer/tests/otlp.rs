@@ -432,9 +432,9 @@ fn sigterm_pushes_the_last_counts_and_exits() {
 }
 
 /// https: an unknown CA is refused over gRPC and HTTP (nothing arrives
-/// unverified); over HTTP the CA given with OTEL_EXPORTER_OTLP_CERTIFICATE
-/// (`--otlp-certificate`) is trusted and the pushes arrive; with gRPC that
-/// option is refused at start with a message saying what to do instead.
+/// unverified); the CA given with OTEL_EXPORTER_OTLP_CERTIFICATE
+/// (`--otlp-certificate`) is trusted and the pushes arrive; a file with no
+/// certificate in it is refused at start.
 #[test]
 fn https_pushes_verify_the_collector() {
     let pki = Pki::new();
@@ -459,17 +459,14 @@ fn https_pushes_verify_the_collector() {
         drop(untrusting);
 
         let ca = pki.ca_file.to_str().unwrap();
-        if protocol == "grpc" {
-            let out = std::process::Command::new(common::daemon::OBSERVER)
-                .args(["run", "--prometheus-listen", "127.0.0.1:0", "--otlp-certificate", ca])
-                .args(args)
-                .output()
-                .unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{err}");
-            assert!(err.contains("works with --otlp-protocol http/protobuf only"), "{err}");
-            continue;
-        }
+        let out = std::process::Command::new(common::daemon::OBSERVER)
+            .args(["run", "--prometheus-listen", "127.0.0.1:0", "--otlp-certificate", "/etc/hostname"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{protocol}: {err}");
+        assert!(err.contains("/etc/hostname: no PEM certificate"), "{protocol}: {err}");
         let _trusting = start_daemon_with_env(&args, &[("OTEL_EXPORTER_OTLP_CERTIFICATE", ca)]);
         assert!(
             sink.wait_for(Duration::from_secs(20), |s| s.requests() > 0),

@@ -134,19 +134,19 @@ impl OtlpConfig {
         // rustls needs one process-wide crypto provider; we build with ring
         // only. Err means one is installed already, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        if self.certificate.is_some() && self.protocol == Protocol::Grpc {
-            // tonic's channel, as opentelemetry-otlp builds it, did not
-            // honour an added CA in our test (UnknownIssuer against a sink
-            // curl verifies with the same CA): refuse rather than fail later.
-            return Err(bad(
-                "--otlp-certificate works with --otlp-protocol http/protobuf only for now; for grpc, add the CA to \
-                 the system's certificates (update-ca-certificates)"
-                    .into(),
-            ));
-        }
         let ca = match &self.certificate {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| bad(format!("CA certificate {}: {e}", path.display())))?;
+                // Both TLS stacks skip what they cannot parse: a file
+                // without one certificate would silently trust nothing.
+                use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+                let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>();
+                if !certs.is_ok_and(|c| !c.is_empty()) {
+                    return Err(bad(format!(
+                        "CA certificate {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                        path.display()
+                    )));
+                }
                 info!(certificate = %path.display(), https, "OTLP: trusting this CA besides the system's");
                 Some(pem)
             }
@@ -167,7 +167,11 @@ impl OtlpConfig {
                     .with_timeout(self.timeout)
                     .with_metadata(metadata);
                 if https {
-                    builder = builder.with_tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots());
+                    let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+                    if let Some(pem) = &ca {
+                        tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+                    }
+                    builder = builder.with_tls_config(tls);
                 }
                 builder.with_temporality(self.temporality.sdk()).build()
             }

@@ -161,8 +161,11 @@ fn collect_loop(
     let mut stopping = false;
     loop {
         let started = Instant::now();
-        // The ceilings next to usage, read outside the exporters' lock.
+        // The ceilings next to usage, read outside the exporters' lock;
+        // open files for the processes that had series at the last round.
         let ceilings = crate::ceilings::sweep(proc_root);
+        let processes: Vec<_> = state.lock().unwrap_or_else(|p| p.into_inner()).series.processes().collect();
+        let open_files = open_files_of(proc_root, processes);
         match collector.collect(started, grace) {
             Ok(deltas) => {
                 failing = false;
@@ -178,6 +181,7 @@ fn collect_loop(
                 st.missed =
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
                 st.ceilings = ceilings;
+                st.open_files = open_files;
                 st.collection_seconds = started.elapsed().as_secs_f64();
             }
             Err(e) => {
@@ -197,6 +201,20 @@ fn collect_loop(
         // reach the final export.
         stopping = !matches!(stop.recv_timeout(next), Err(mpsc::RecvTimeoutError::Timeout));
     }
+}
+
+/// Open files of each process; a process already gone has none to report.
+fn open_files_of(
+    proc_root: &std::path::Path,
+    processes: Vec<(u32, Option<Arc<crate::attribution::PodLabels>>)>,
+) -> Vec<(export::series::Who, crate::ceilings::files::OpenFiles)> {
+    processes
+        .into_iter()
+        .filter_map(|(pid, pod)| {
+            let files = crate::ceilings::files::of_process(proc_root, pid)?;
+            Some((export::series::Who::Process { pid, name: files.name.clone(), pod }, files))
+        })
+        .collect()
 }
 
 /// Listen overflows come from sock_diag; make sure it answers here before

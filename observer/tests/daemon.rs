@@ -406,7 +406,7 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     let daemon = start_daemon(&[]);
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "41000 41009");
-    let _a = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let a = ns.serve_with_open_files_limit(64, &["--listen", "127.0.0.1:8080", "--hold"]);
     assert_eq!(ns.client(&["--to", "127.0.0.1:8080", "--count", "10", "--hold"]).connected, 10);
     let _b = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
     assert_eq!(ns.client(&["--to", "127.0.0.1:8082", "--count", "3", "--hold"]).connected, 3);
@@ -430,4 +430,15 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     assert_eq!(sample(&body, "observer_time_wait_sockets", &[&netns]), Some(tw));
     assert_eq!(sample(&body, "observer_net_setting", &[&netns, "setting=\"ip_local_port_range_low\""]), Some(41000));
     assert!(sample(&body, "observer_time_wait_limit", &["network_namespace=\"host\""]).is_some(), "{body}");
+
+    // The server holding 10 accepted connections: its open files as
+    // /proc/PID/fd lists them, against the limit prlimit gave it.
+    let pid = format!("process_pid=\"{}\"", a.pid());
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", a.pid())).unwrap().count() as u64;
+    assert!(fds >= 11, "listener and 10 connections: {fds}");
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_process_open_files", &[&pid]) == Some(fds)
+    });
+    assert_eq!(sample(&body, "observer_process_open_files", &[&pid]), Some(fds), "{body}");
+    assert_eq!(sample(&body, "observer_process_open_files_limit", &[&pid]), Some(64), "{body}");
 }

@@ -4,6 +4,7 @@
 //! each process's open files against RLIMIT_NOFILE; and the settings that
 //! bound them. `observer doctor` prints them as the on-call check list.
 pub mod checks;
+pub mod files;
 pub mod settings;
 pub mod usage;
 
@@ -178,12 +179,8 @@ fn open_files(
         if stat.flags & PF_KTHREAD != 0 {
             continue;
         }
-        // Entries of /proc/PID/fd, as `ls` counts them.
-        let fd_dir = proc_root.join(process.pid.to_string()).join("fd");
-        let (Ok(fds), Ok(limits)) = (std::fs::read_dir(&fd_dir), process.limits()) else { continue };
-        let open = fds.count();
-        let procfs::process::LimitValue::Value(limit) = limits.max_open_files.soft_limit else { continue };
+        let Some(files) = files::of_process(proc_root, process.pid as u32) else { continue };
         let subject = describe(attributor, process.pid as u32, &stat.comm);
-        findings.push(Finding::new(Check::OpenFiles, name, subject, open as u64, limit));
+        findings.push(Finding::new(Check::OpenFiles, name, subject, files.open, files.limit));
     }
 }

@@ -44,6 +44,8 @@ pub struct State {
     pub exports: std::collections::BTreeMap<&'static str, otlp::ExportCounts>,
     /// The last sweep of every namespace's ceilings and their usage.
     pub ceilings: Vec<(String, crate::ceilings::usage::NetnsUsage)>,
+    /// Open files against RLIMIT_NOFILE of each process with series.
+    pub open_files: Vec<(Who, crate::ceilings::files::OpenFiles)>,
 }
 
 /// Destinations per namespace that get an ephemeral-ports series: the
@@ -110,6 +112,12 @@ impl Metrics {
 }
 
 fn who_attrs(who: &Who, network: NetworkType, out: &mut Vec<KeyValue>) {
+    process_attrs(who, out);
+    out.push(KeyValue::new("network.type", network.as_str()));
+}
+
+/// The process and, in a pod, its container and pod.
+fn process_attrs(who: &Who, out: &mut Vec<KeyValue>) {
     match who {
         Who::Process { pid, name, pod } => {
             out.push(KeyValue::new("process.pid", *pid as i64));
@@ -134,7 +142,6 @@ fn who_attrs(who: &Who, network: NetworkType, out: &mut Vec<KeyValue>) {
             out.push(KeyValue::new("process.executable.name", "other"));
         }
     }
-    out.push(KeyValue::new("network.type", network.as_str()));
 }
 
 /// errno number -> its name, e.g. 99 -> "EADDRNOTAVAIL".
@@ -331,6 +338,7 @@ fn register(meter: &Meter, state: Shared) {
         .build();
 
     register_ceilings(meter, &state);
+    register_open_files(meter, &state);
 
     type FillPick = fn(&crate::collect::MapFill) -> u64;
     let fill: [(&str, &str, FillPick); 2] = [
@@ -369,6 +377,38 @@ fn register(meter: &Meter, state: Shared) {
             }
         })
         .build();
+}
+
+/// Each process's open files against its RLIMIT_NOFILE (the processes
+/// with series: those that connect, accept or listen).
+fn register_open_files(meter: &Meter, state: &Shared) {
+    type Pick = fn(&crate::ceilings::files::OpenFiles) -> u64;
+    let gauges: [(&str, &str, Pick); 2] = [
+        (
+            "observer.process.open_files",
+            "Open file descriptors of the process; at observer_process_open_files_limit, accept() and socket() \
+             fail with EMFILE",
+            |f| f.open,
+        ),
+        ("observer.process.open_files.limit", "The process's soft RLIMIT_NOFILE", |f| f.limit),
+    ];
+    for (name, description, pick) in gauges {
+        let st = state.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{file}")
+            .with_callback(move |obs| {
+                let Ok(st) = st.lock() else { return };
+                let mut attrs = Vec::with_capacity(7);
+                for (who, files) in &st.open_files {
+                    attrs.clear();
+                    process_attrs(who, &mut attrs);
+                    obs.observe(pick(files), &attrs);
+                }
+            })
+            .build();
+    }
 }
 
 /// Ceilings next to usage, per network namespace (`network_namespace`:

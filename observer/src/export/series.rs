@@ -150,6 +150,11 @@ impl SeriesStore {
         }
     }
 
+    /// The processes that have their own series, with their pod labels.
+    pub fn processes(&self) -> impl Iterator<Item = (u32, Option<Arc<PodLabels>>)> + '_ {
+        self.processes.iter().map(|(pid, pod)| (*pid, pod.clone()))
+    }
+
     pub fn apply(&mut self, deltas: &Deltas) {
         for (key, d) in &deltas.procs {
             let series =

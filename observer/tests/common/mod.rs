@@ -131,8 +131,18 @@ impl Netns {
 
     /// Start `observer-churn serve ...` here; returns once it listens.
     pub fn serve(&self, args: &[&str]) -> Server {
-        let mut child =
-            self.command(&churn()).arg("serve").args(args).stdout(Stdio::piped()).spawn().expect("spawn server");
+        self.start_server(self.command(&churn()).arg("serve").args(args))
+    }
+
+    /// `serve`, with at most `limit` open files (RLIMIT_NOFILE, set by
+    /// prlimit, which then execs the server: the pid stays the server's).
+    pub fn serve_with_open_files_limit(&self, limit: u32, args: &[&str]) -> Server {
+        let nofile = format!("--nofile={limit}:{limit}");
+        self.start_server(self.command("prlimit").args([nofile.as_str(), &churn(), "serve"]).args(args))
+    }
+
+    fn start_server(&self, cmd: &mut Command) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "server did not start");

@@ -159,11 +159,13 @@ fn collect_loop(
 ) -> Result<(), Error> {
     let mut failing = false;
     let mut stopping = false;
+    let mut port_trend = crate::ceilings::trend::PortTrend::default();
     loop {
         let started = Instant::now();
         // The ceilings next to usage, read outside the exporters' lock;
         // open files for the processes that had series at the last round.
-        let ceilings = crate::ceilings::sweep(proc_root);
+        let mut ceilings = crate::ceilings::sweep(proc_root);
+        port_trend.update(started, &mut ceilings, export::TOP_DESTINATIONS);
         let processes: Vec<_> = state.lock().unwrap_or_else(|p| p.into_inner()).series.processes().collect();
         let open_files = open_files_of(proc_root, processes);
         match collector.collect(started, grace) {

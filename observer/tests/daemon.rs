@@ -442,3 +442,44 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     assert_eq!(sample(&body, "observer_process_open_files", &[&pid]), Some(fds), "{body}");
     assert_eq!(sample(&body, "observer_process_open_files_limit", &[&pid]), Some(64), "{body}");
 }
+
+/// Ports taken toward one destination at a steady pace: the estimated time
+/// to exhaustion is the ports left over the pace at which the exported use
+/// itself grew between two scrapes (within a factor of 2: the daemon's
+/// window and the scrapes' do not start at the same moment).
+#[test]
+fn time_to_port_exhaustion_follows_the_pace_ports_are_taken() {
+    use std::os::unix::fs::MetadataExt as _;
+    const RANGE: u64 = 1000;
+    let daemon = start_daemon(&[]);
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "40000 40999");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "1024"]);
+    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
+    let netns = format!("network_namespace=\"{inode}\"");
+    let labels = [netns.as_str(), "server_port=\"8080\""];
+    let used = |body: &str| sample(body, "observer_ephemeral_ports_used", &labels);
+    std::thread::scope(|s| {
+        let client = s.spawn(|| ns.client(&["--to", "127.0.0.1:8080", "--count", "800", "--spread", "16s", "--hold"]));
+        std::thread::sleep(Duration::from_secs(4));
+        let (t1, body1) = (Instant::now(), daemon.scrape());
+        std::thread::sleep(Duration::from_secs(5));
+        let (t2, body2) = (Instant::now(), daemon.scrape());
+        let (used1, used2) = (used(&body1).expect("ports used"), used(&body2).expect("ports used"));
+        assert!(used2 > used1 && used2 < RANGE, "{used1} -> {used2}");
+        let pace = (used2 - used1) as f64 / (t2 - t1).as_secs_f64();
+        let expected = (RANGE - used2) as f64 / pace;
+        let estimate = body2
+            .lines()
+            .find(|l| {
+                l.starts_with("observer_ephemeral_ports_exhaustion_seconds{") && labels.iter().all(|w| l.contains(w))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        assert!(
+            estimate.is_some_and(|e| e > expected / 2.0 && e < expected * 2.0),
+            "estimate {estimate:?}, expected ~{expected:.1} s ({used1} -> {used2} ports in {:?})",
+            t2 - t1
+        );
+        assert_eq!(client.join().unwrap().connected, 800);
+    });
+}

@@ -6,6 +6,7 @@
 pub mod checks;
 pub mod files;
 pub mod settings;
+pub mod trend;
 pub mod usage;
 
 use std::{

@@ -35,6 +35,10 @@ pub struct Destination {
     /// Local ports from the ephemeral range in use toward it, by sockets in
     /// any state that holds one (ESTABLISHED, SYN_SENT, TIME_WAIT, closing).
     pub used: u32,
+    /// Seconds until none is left at the recent rate (see trend.rs); None
+    /// when use is not growing or not tracked over time (doctor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exhaustion_seconds: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -76,7 +80,7 @@ pub fn summarize(settings: NetSettings, sockets: &[TcpSocket]) -> NetnsUsage {
     }
     let mut destinations: Vec<Destination> = per_destination
         .into_iter()
-        .map(|((source, destination), used)| Destination { source, destination, used })
+        .map(|((source, destination), used)| Destination { source, destination, used, exhaustion_seconds: None })
         .collect();
     destinations.sort_by_key(|d| std::cmp::Reverse(d.used));
     NetnsUsage {

@@ -411,6 +411,16 @@ fn register_open_files(meter: &Meter, state: &Shared) {
     }
 }
 
+/// A destination of a namespace's ephemeral ports.
+fn destination_attrs(netns: &str, d: &crate::ceilings::usage::Destination) -> [KeyValue; 4] {
+    [
+        KeyValue::new("network_namespace", netns.to_string()),
+        KeyValue::new("source.address", d.source.to_string()),
+        KeyValue::new("server.address", d.destination.ip().to_string()),
+        KeyValue::new("server.port", i64::from(d.destination.port())),
+    ]
+}
+
 /// Ceilings next to usage, per network namespace (`network_namespace`:
 /// "host" or the namespace's inode number).
 fn register_ceilings(meter: &Meter, state: &Shared) {
@@ -427,15 +437,25 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             let Ok(st) = st.lock() else { return };
             for (netns, u) in &st.ceilings {
                 for d in u.destinations.iter().take(TOP_DESTINATIONS) {
-                    obs.observe(
-                        d.used.into(),
-                        &[
-                            KeyValue::new("network_namespace", netns.clone()),
-                            KeyValue::new("source.address", d.source.to_string()),
-                            KeyValue::new("server.address", d.destination.ip().to_string()),
-                            KeyValue::new("server.port", i64::from(d.destination.port())),
-                        ],
-                    );
+                    obs.observe(d.used.into(), &destination_attrs(netns, d));
+                }
+            }
+        })
+        .build();
+    let st = state.clone();
+    meter
+        .f64_observable_gauge("observer.ephemeral_ports.exhaustion")
+        .with_description(
+            "Seconds until no ephemeral port is left toward a destination, at the rate its use grew over the last \
+             minute (0: exhausted); only for destinations whose use is growing",
+        )
+        .with_unit("s")
+        .with_callback(move |obs| {
+            let Ok(st) = st.lock() else { return };
+            for (netns, u) in &st.ceilings {
+                for d in u.destinations.iter().take(TOP_DESTINATIONS) {
+                    let Some(seconds) = d.exhaustion_seconds else { continue };
+                    obs.observe(seconds, &destination_attrs(netns, d));
                 }
             }
         })

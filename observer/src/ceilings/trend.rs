@@ -1,0 +1,89 @@
+//! Time to port exhaustion: how long, at the rate ports toward a
+//! destination were taken over the last minute, until none is left.
+//!
+//! The rate is the growth from the oldest sample of the window to now, so
+//! a burst in the window counts fully and a steady climb gives its slope;
+//! a destination whose use is flat or falling gets no estimate (it is not
+//! heading for exhaustion), one at its limit gets 0.
+use std::{
+    collections::{BTreeMap, VecDeque},
+    net::{IpAddr, SocketAddr},
+    time::{Duration, Instant},
+};
+
+use super::usage::NetnsUsage;
+
+/// How far back the rate looks.
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+type Key = (String, IpAddr, SocketAddr);
+
+/// Recent use of the destinations each sweep reports (the most used of
+/// each namespace; others are forgotten, which bounds the memory).
+#[derive(Default)]
+pub struct PortTrend {
+    samples: BTreeMap<Key, VecDeque<(Instant, u32)>>,
+}
+
+impl PortTrend {
+    /// Record this sweep (taken at `now`) and set each destination's
+    /// `exhaustion_seconds`, for the first `top` destinations of each
+    /// namespace.
+    pub fn update(&mut self, now: Instant, sweep: &mut [(String, NetnsUsage)], top: usize) {
+        let mut seen = BTreeMap::new();
+        for (netns, usage) in sweep.iter_mut() {
+            let limit = usage.settings.ephemeral_ports();
+            for d in usage.destinations.iter_mut().take(top) {
+                let key = (netns.clone(), d.source, d.destination);
+                let mut samples = self.samples.remove(&key).unwrap_or_default();
+                while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {
+                    samples.pop_front();
+                }
+                samples.push_back((now, d.used));
+                d.exhaustion_seconds = estimate(&samples, limit);
+                seen.insert(key, samples);
+            }
+        }
+        self.samples = seen;
+    }
+}
+
+/// Seconds until `limit` at the rate from the oldest sample to the newest.
+fn estimate(samples: &VecDeque<(Instant, u32)>, limit: u32) -> Option<f64> {
+    let (&(last_at, used), &(first_at, first)) = (samples.back()?, samples.front()?);
+    if used >= limit {
+        return Some(0.0);
+    }
+    let elapsed = last_at.duration_since(first_at).as_secs_f64();
+    if used <= first || elapsed <= 0.0 {
+        return None;
+    }
+    let per_second = f64::from(used - first) / elapsed;
+    Some(f64::from(limit - used) / per_second)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(start: Instant, secs: u64, used: u32) -> (Instant, u32) {
+        (start + Duration::from_secs(secs), used)
+    }
+
+    #[test]
+    fn a_steady_climb_gives_the_remaining_ports_over_its_rate() {
+        let t = Instant::now();
+        // 10 ports a second, 600 of 1000 used: 40 s left.
+        let samples = VecDeque::from([at(t, 0, 500), at(t, 5, 550), at(t, 10, 600)]);
+        assert_eq!(estimate(&samples, 1000), Some(40.0));
+    }
+
+    #[test]
+    fn flat_or_falling_use_has_no_estimate_and_a_full_range_has_none_left() {
+        let t = Instant::now();
+        assert_eq!(estimate(&VecDeque::from([at(t, 0, 500), at(t, 10, 500)]), 1000), None);
+        assert_eq!(estimate(&VecDeque::from([at(t, 0, 600), at(t, 10, 500)]), 1000), None);
+        assert_eq!(estimate(&VecDeque::from([at(t, 0, 600)]), 1000), None);
+        assert_eq!(estimate(&VecDeque::from([at(t, 0, 900), at(t, 10, 1000)]), 1000), Some(0.0));
+    }
+}

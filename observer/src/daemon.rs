@@ -164,11 +164,14 @@ fn collect_loop(
         let started = Instant::now();
         // The ceilings next to usage, read outside the exporters' lock;
         // open files for the processes that had series at the last round.
-        let mut ceilings = crate::ceilings::sweep(proc_root);
+        let sweep = crate::ceilings::sweep(proc_root);
+        let listeners: Vec<_> = sweep.iter().flat_map(|n| n.listeners.iter().map(|l| (n.name.clone(), *l))).collect();
+        let mut ceilings: Vec<_> = sweep.into_iter().filter_map(|n| Some((n.name, n.usage?))).collect();
         port_trend.update(started, &mut ceilings, export::TOP_DESTINATIONS);
         let processes: Vec<_> = state.lock().unwrap_or_else(|p| p.into_inner()).series.processes().collect();
         let open_files = open_files_of(proc_root, processes);
-        match collector.collect(started, grace) {
+        let dumped: Vec<_> = listeners.iter().map(|(_, l)| *l).collect();
+        match collector.collect_with_listeners(started, grace, &dumped) {
             Ok(deltas) => {
                 failing = false;
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -183,6 +186,16 @@ fn collect_loop(
                 st.missed =
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
                 st.ceilings = ceilings;
+                st.listeners = listeners;
+                st.listener_owners = deltas
+                    .listener_owners
+                    .iter()
+                    .map(|(cookie, owner)| {
+                        let pod = deltas.pods.get(&owner.tgid).cloned().flatten();
+                        let who = export::series::Who::Process { pid: owner.tgid, name: owner.comm_str().into(), pod };
+                        (*cookie, who)
+                    })
+                    .collect();
                 st.open_files = open_files;
                 st.collection_seconds = started.elapsed().as_secs_f64();
             }

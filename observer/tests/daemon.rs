@@ -408,7 +408,7 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     ns.sysctl("net.ipv4.ip_local_port_range", "41000 41009");
     let a = ns.serve_with_open_files_limit(64, &["--listen", "127.0.0.1:8080", "--hold"]);
     assert_eq!(ns.client(&["--to", "127.0.0.1:8080", "--count", "10", "--hold"]).connected, 10);
-    let _b = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
+    let b = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
     assert_eq!(ns.client(&["--to", "127.0.0.1:8082", "--count", "3", "--hold"]).connected, 3);
     let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
     let netns = format!("network_namespace=\"{inode}\"");
@@ -425,6 +425,13 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
         Some(ns.accept_queue(8082))
     );
     assert_eq!(sample(&body, "observer_listen_queue_limit", &[&netns, "server_port=\"8082\""]), Some(5));
+    // Charged to the process that listens, as the kernel recorded it.
+    let owner = format!("process_pid=\"{}\"", b.pid());
+    assert_eq!(
+        sample(&body, "observer_listen_queue_length", &[&netns, "server_port=\"8082\"", &owner]),
+        Some(ns.accept_queue(8082)),
+        "{body}"
+    );
     let tw = ns.command("ss").args(["-Htan", "state", "time-wait"]).output().unwrap();
     let tw = String::from_utf8_lossy(&tw.stdout).lines().count() as u64;
     assert_eq!(sample(&body, "observer_time_wait_sockets", &[&netns]), Some(tw));
@@ -482,4 +489,27 @@ fn time_to_port_exhaustion_follows_the_pace_ports_are_taken() {
         );
         assert_eq!(client.join().unwrap().connected, 800);
     });
+}
+
+/// A listener opened before observer started: the kernel side never saw
+/// its listen(), so its owner is found once through /proc.
+#[test]
+fn the_owner_of_a_listener_older_than_observer_is_found_through_proc() {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = Netns::new();
+    let server = ns.serve(&["--listen", "127.0.0.1:8083", "--backlog", "3", "--never-accept"]);
+    assert_eq!(ns.client(&["--to", "127.0.0.1:8083", "--count", "2", "--hold"]).connected, 2);
+    let daemon = start_daemon(&[]);
+    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
+    let labels = [
+        format!("network_namespace=\"{inode}\""),
+        "server_port=\"8083\"".to_string(),
+        format!("process_pid=\"{}\"", server.pid()),
+        "process_executable_name=\"observer-churn\"".to_string(),
+    ];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_listen_queue_length", &labels).is_some()
+    });
+    assert_eq!(sample(&body, "observer_listen_queue_length", &labels), Some(ns.accept_queue(8083)), "{body}");
 }

@@ -58,15 +58,34 @@ fn netns_inode(path: &Path) -> Option<u32> {
     std::fs::metadata(path).ok().map(|m| m.ino() as u32)
 }
 
-/// The usage of every network namespace of the host, each named "host" or
-/// by its inode number (stable for the namespace's life, unlike a pid):
-/// what the daemon exports as gauges every interval.
-pub fn sweep(proc_root: &Path) -> Vec<(String, NetnsUsage)> {
+/// One network namespace as a sweep found it.
+pub struct NetnsSweep {
+    /// "host", or the namespace's inode number (stable for its life,
+    /// unlike a pid).
+    pub name: String,
+    /// Every listener, with its accept queue and drops.
+    pub listeners: Vec<sock_diag::Listener>,
+    /// The ceilings and their usage; None if they could not be read (the
+    /// listeners, which the drop counts need, are kept apart for that).
+    pub usage: Option<NetnsUsage>,
+}
+
+/// Every network namespace of the host, entered once each: its listeners
+/// and its usage of the ceilings, what the daemon exports every interval.
+/// A namespace whose listeners cannot be dumped is left out.
+pub fn sweep(proc_root: &Path) -> Vec<NetnsSweep> {
     let host = host_netns(proc_root);
     sock_diag::in_each_namespace(sock_diag::namespaces(proc_root), move |inode| {
         let name = if Some(inode) == host { "host".to_string() } else { inode.to_string() };
-        usage::read().ok().map(|u| (name, u))
+        read_namespace(inode).map(|(listeners, usage)| NetnsSweep { name, listeners, usage })
     })
+}
+
+/// The calling thread's namespace (`inode`).
+fn read_namespace(inode: u32) -> Option<(Vec<sock_diag::Listener>, Option<NetnsUsage>)> {
+    let listeners = sock_diag::dump_listeners(inode).ok()?;
+    let usage = usage::read(&listeners).ok();
+    Some((listeners, usage))
 }
 
 /// The host's namespace is init's; where init is out of reach (a sandbox),
@@ -104,11 +123,16 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::R
             (*inode, name)
         })
         .collect();
-    let usages: Vec<(u32, NetnsUsage)> =
-        sock_diag::in_each_namespace(namespaces, |inode| usage::read().ok().map(|u| (inode, u)));
+    let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
+        sock_diag::in_each_namespace(namespaces, |inode| match read_namespace(inode)? {
+            (listeners, Some(usage)) => Some((inode, listeners, usage)),
+            (_, None) => None,
+        });
     let mut attributor = Attributor::new(proc_root, None, pod_logs);
+    let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
+    let owners = proc_owner::owners_of_sockets(proc_root, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
-    for (inode, u) in &usages {
+    for (inode, listeners, u) in &usages {
         let netns = &names[inode];
         let limit = u64::from(u.settings.ephemeral_ports());
         for d in &u.destinations {
@@ -122,11 +146,12 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::R
             u.time_wait.into(),
             u.settings.tcp_max_tw_buckets.into(),
         ));
-        for l in &u.listeners {
-            let owner = proc_owner::owner_of_socket(proc_root, l.inode)
+        for l in listeners {
+            let owner = owners
+                .get(&l.inode)
                 .map(|a| describe(&mut attributor, a.tgid, &comm(&a.comm)))
                 .unwrap_or_else(|| "owner unknown".into());
-            let subject = format!("listener {} ({owner})", l.address);
+            let subject = format!("listener {} ({owner})", std::net::SocketAddr::from((l.address, l.port)));
             report.findings.push(Finding::new(Check::AcceptQueue, netns, subject, l.queued.into(), l.backlog.into()));
         }
         report.namespaces.push(NetnsReport {

@@ -9,10 +9,9 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use serde::Serialize;
 
 use super::settings::NetSettings;
-use crate::collect::sock_diag::{self, TcpSocket};
+use crate::collect::sock_diag::{self, Listener, TcpSocket};
 
 const TIME_WAIT: u8 = 6;
-const LISTEN: u8 = 10;
 
 /// Every state in which a connection still holds its local port: besides
 /// ESTABLISHED, SYN_SENT and TIME_WAIT, the closing ones (a socket closed
@@ -42,37 +41,25 @@ pub struct Destination {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ListenQueue {
-    pub address: SocketAddr,
-    /// Connections waiting to be accepted, and the backlog (`ss -lnt`
-    /// Recv-Q and Send-Q).
-    pub queued: u32,
-    pub backlog: u32,
-    #[serde(skip)]
-    pub inode: u32,
-}
-
-#[derive(Clone, Debug, Serialize)]
 pub struct NetnsUsage {
     pub settings: NetSettings,
     pub destinations: Vec<Destination>,
     pub time_wait: u32,
-    pub listeners: Vec<ListenQueue>,
 }
 
-/// Read the calling thread's namespace.
-pub fn read() -> std::io::Result<NetnsUsage> {
+/// Read the calling thread's namespace, whose `listeners` were just dumped.
+pub fn read(listeners: &[Listener]) -> std::io::Result<NetnsUsage> {
     let settings = NetSettings::read()?;
-    let sockets = sock_diag::dump_tcp(holds_port() | StateFlags::LISTEN)?;
-    Ok(summarize(settings, &sockets))
+    let sockets = sock_diag::dump_tcp(holds_port())?;
+    Ok(summarize(settings, listeners, &sockets))
 }
 
-pub fn summarize(settings: NetSettings, sockets: &[TcpSocket]) -> NetnsUsage {
+pub fn summarize(settings: NetSettings, listeners: &[Listener], sockets: &[TcpSocket]) -> NetnsUsage {
     // A server's accepted sockets have its listening port as their local
     // port: not an ephemeral port, even when the listener sits in the range.
-    let listening: BTreeSet<u16> = sockets.iter().filter(|s| s.state == LISTEN).map(|s| s.local.port()).collect();
+    let listening: BTreeSet<u16> = listeners.iter().map(|l| l.port).collect();
     let mut per_destination: BTreeMap<(IpAddr, SocketAddr), u32> = BTreeMap::new();
-    for s in sockets.iter().filter(|s| s.state != LISTEN) {
+    for s in sockets {
         let port = s.local.port();
         if settings.is_ephemeral(port) && !listening.contains(&port) {
             *per_destination.entry((s.local.ip(), s.remote)).or_default() += 1;
@@ -83,16 +70,7 @@ pub fn summarize(settings: NetSettings, sockets: &[TcpSocket]) -> NetnsUsage {
         .map(|((source, destination), used)| Destination { source, destination, used, exhaustion_seconds: None })
         .collect();
     destinations.sort_by_key(|d| std::cmp::Reverse(d.used));
-    NetnsUsage {
-        destinations,
-        time_wait: sockets.iter().filter(|s| s.state == TIME_WAIT).count() as u32,
-        listeners: sockets
-            .iter()
-            .filter(|s| s.state == LISTEN)
-            .map(|s| ListenQueue { address: s.local, queued: s.recv_queue, backlog: s.send_queue, inode: s.inode })
-            .collect(),
-        settings,
-    }
+    NetnsUsage { destinations, time_wait: sockets.iter().filter(|s| s.state == TIME_WAIT).count() as u32, settings }
 }
 
 #[cfg(test)]
@@ -130,13 +108,22 @@ mod tests {
             sock(SYN_SENT, "10.0.0.1:40002", "10.0.0.9:5432"),
             sock(ESTABLISHED, "10.0.0.1:40000", "10.0.0.9:80"), // same port, other destination
             sock(ESTABLISHED, "10.0.0.1:50000", "10.0.0.9:80"), // outside the range (bind())
-            sock(LISTEN, "0.0.0.0:40005", "0.0.0.0:0"),
             sock(ESTABLISHED, "10.0.0.1:40005", "10.0.0.7:33333"), // accepted by the listener
         ];
-        let u = summarize(settings, &sockets);
+        let listener = Listener {
+            netns: 1,
+            family: 2,
+            address: "0.0.0.0".parse().unwrap(),
+            port: 40005,
+            cookie: 1,
+            inode: 7,
+            drops: 0,
+            queued: 0,
+            backlog: 128,
+        };
+        let u = summarize(settings, &[listener], &sockets);
         let got: Vec<(String, u32)> = u.destinations.iter().map(|d| (d.destination.to_string(), d.used)).collect();
         assert_eq!(got, [("10.0.0.9:5432".to_string(), 3), ("10.0.0.9:80".to_string(), 1)]);
         assert_eq!(u.time_wait, 1);
-        assert_eq!(u.listeners.len(), 1);
     }
 }

@@ -28,18 +28,43 @@ pub struct ListenerDrops {
 pub struct ListenerTracker {
     /// Last `sk_drops` per listener, by socket cookie (unique per boot).
     last: HashMap<u64, u32>,
-    /// Owners found through /proc, by cookie.
-    found_owners: HashMap<u64, Actor>,
+    /// Each listener's owner, resolved once when first seen (None: not
+    /// found), by cookie.
+    owners: HashMap<u64, Option<Actor>>,
     first_scan_done: bool,
 }
 
 impl ListenerTracker {
+    /// Resolve the owners of listeners seen for the first time: what the
+    /// eBPF side recorded at listen() (`owner_of`), else one /proc scan for
+    /// all of them (`owners_by_inode`); then the drops since the last scan.
     pub fn update(
         &mut self,
         listeners: &[Listener],
         owner_of: impl Fn(&ListenerKey) -> Option<Actor>,
-        owner_by_inode: impl Fn(u32) -> Option<Actor>,
+        owners_by_inode: impl FnOnce(&HashSet<u32>) -> HashMap<u32, Actor>,
     ) -> Vec<ListenerDrops> {
+        let mut unknown: HashMap<u32, u64> = HashMap::new();
+        for l in listeners {
+            if self.owners.contains_key(&l.cookie) {
+                continue;
+            }
+            match owner_of(&ListenerKey { netns: l.netns, port: l.port, family: l.family }) {
+                Some(owner) => {
+                    self.owners.insert(l.cookie, Some(owner));
+                }
+                None => {
+                    unknown.insert(l.inode, l.cookie);
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            let found = owners_by_inode(&unknown.keys().copied().collect());
+            for (inode, cookie) in unknown {
+                self.owners.insert(cookie, found.get(&inode).copied());
+            }
+        }
+
         let mut out = Vec::new();
         let mut alive = HashSet::with_capacity(listeners.len());
         for l in listeners {
@@ -48,25 +73,21 @@ impl ListenerTracker {
             let last = *self.last.entry(l.cookie).or_insert(baseline);
             let delta = since(last as u64, l.drops as u64);
             self.last.insert(l.cookie, l.drops);
-            if delta == 0 {
-                continue;
+            if delta > 0 {
+                let owner = self.owner(l.cookie).unwrap_or_default();
+                out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
             }
-            let key = ListenerKey { netns: l.netns, port: l.port, family: l.family };
-            let owner = owner_of(&key)
-                .or_else(|| self.found_owners.get(&l.cookie).copied())
-                .or_else(|| {
-                    let found = owner_by_inode(l.inode)?;
-                    self.found_owners.insert(l.cookie, found);
-                    Some(found)
-                })
-                .unwrap_or_default();
-            out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
         }
-        // Forget closed listeners so the map stays as big as what exists.
+        // Forget closed listeners so the maps stay as big as what exists.
         self.last.retain(|cookie, _| alive.contains(cookie));
-        self.found_owners.retain(|cookie, _| alive.contains(cookie));
+        self.owners.retain(|cookie, _| alive.contains(cookie));
         self.first_scan_done = true;
         out
+    }
+
+    /// The owner of the listener with this cookie, if known.
+    pub fn owner(&self, cookie: u64) -> Option<Actor> {
+        self.owners.get(&cookie).copied().flatten()
     }
 }
 
@@ -75,7 +96,17 @@ mod tests {
     use super::*;
 
     fn listener(cookie: u64, drops: u32) -> Listener {
-        Listener { netns: 1, family: 2, port: 8080, cookie, inode: 100 + cookie as u32, drops, queued: 0, backlog: 1 }
+        Listener {
+            netns: 1,
+            family: 2,
+            address: "0.0.0.0".parse().unwrap(),
+            port: 8080,
+            cookie,
+            inode: 100 + cookie as u32,
+            drops,
+            queued: 0,
+            backlog: 1,
+        }
     }
 
     fn owner(tgid: u32) -> Actor {
@@ -85,16 +116,16 @@ mod tests {
     #[test]
     fn drops_before_start_are_a_baseline() {
         let mut t = ListenerTracker::default();
-        assert!(t.update(&[listener(1, 5)], |_| Some(owner(7)), |_| None).is_empty());
-        let d = t.update(&[listener(1, 8)], |_| Some(owner(7)), |_| None);
+        assert!(t.update(&[listener(1, 5)], |_| Some(owner(7)), |_| HashMap::new()).is_empty());
+        let d = t.update(&[listener(1, 8)], |_| Some(owner(7)), |_| HashMap::new());
         assert_eq!(d, vec![ListenerDrops { owner: owner(7), family: 2, port: 8080, drops: 3 }]);
     }
 
     #[test]
     fn listener_created_after_start_counts_all_its_drops() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| None);
-        let d = t.update(&[listener(2, 4)], |_| Some(owner(9)), |_| None);
+        t.update(&[], |_| None, |_| HashMap::new());
+        let d = t.update(&[listener(2, 4)], |_| Some(owner(9)), |_| HashMap::new());
         assert_eq!(d[0].drops, 4);
         assert_eq!(d[0].owner.tgid, 9);
     }
@@ -102,24 +133,25 @@ mod tests {
     #[test]
     fn unknown_owner_is_tgid_zero_and_closed_listeners_are_forgotten() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| None);
-        let d = t.update(&[listener(3, 1)], |_| None, |_| None);
+        t.update(&[], |_| None, |_| HashMap::new());
+        let d = t.update(&[listener(3, 1)], |_| None, |_| HashMap::new());
         assert_eq!(d[0].owner.tgid, 0);
-        t.update(&[], |_| None, |_| None);
+        t.update(&[], |_| None, |_| HashMap::new());
         assert!(t.last.is_empty());
     }
 
     #[test]
     fn owner_found_by_inode_is_looked_up_once_and_cached() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| None);
+        t.update(&[], |_| None, |_| HashMap::new());
         let lookups = std::cell::Cell::new(0);
-        let by_inode = |inode: u32| {
+        let by_inode = |inodes: &HashSet<u32>| {
             lookups.set(lookups.get() + 1);
-            (inode == 104).then(|| owner(42))
+            inodes.iter().filter(|i| **i == 104).map(|i| (*i, owner(42))).collect()
         };
         assert_eq!(t.update(&[listener(4, 1)], |_| None, by_inode)[0].owner.tgid, 42);
         assert_eq!(t.update(&[listener(4, 3)], |_| None, by_inode)[0].owner.tgid, 42);
         assert_eq!(lookups.get(), 1);
+        assert_eq!(t.owner(4).map(|a| a.tgid), Some(42));
     }
 }

@@ -48,6 +48,8 @@ pub struct Deltas {
     pub lost: [u64; lost::SLOTS as usize],
     /// How full each map is (and, for LRU maps, what they evicted).
     pub map_fill: Vec<MapFill>,
+    /// The owner of every listener whose owner is known, by socket cookie.
+    pub listener_owners: HashMap<u64, Actor>,
     /// The pod labels of every process in these deltas (None: host).
     pub pods: HashMap<u32, Option<Arc<PodLabels>>>,
 }
@@ -89,7 +91,8 @@ impl Collector {
             .iter()
             .map(|(k, _)| k.actor)
             .chain(deltas.connect_errors.iter().map(|(k, _)| k.actor))
-            .chain(deltas.listen_drops.iter().map(|d| d.owner));
+            .chain(deltas.listen_drops.iter().map(|d| d.owner))
+            .chain(deltas.listener_owners.values().copied());
         for actor in actors.collect::<Vec<_>>() {
             if let std::collections::hash_map::Entry::Vacant(slot) = deltas.pods.entry(actor.tgid) {
                 slot.insert(self.attributor.labels(actor.cgroup_id, actor.tgid));
@@ -97,8 +100,21 @@ impl Collector {
         }
     }
 
-    /// One collection. `grace` is how long a process's series outlive it.
+    /// One collection, with a dump of every namespace's listeners of its
+    /// own. `grace` is how long a process's series outlive it.
     pub fn collect(&mut self, now: Instant, grace: Duration) -> Result<Deltas, Error> {
+        let listeners = sock_diag::scan_namespaces(sock_diag::namespaces(&self.proc_root));
+        self.collect_with_listeners(now, grace, &listeners)
+    }
+
+    /// One collection, with the listeners of every namespace as just dumped
+    /// (the daemon's ceilings sweep has them: one pass over the namespaces).
+    pub fn collect_with_listeners(
+        &mut self,
+        now: Instant,
+        grace: Duration,
+        listeners: &[sock_diag::Listener],
+    ) -> Result<Deltas, Error> {
         let mut deltas = Deltas::default();
         self.note_exits(now)?;
 
@@ -163,14 +179,14 @@ impl Collector {
         }
         deltas.retired = expired;
 
-        let namespaces = sock_diag::namespaces(&self.proc_root);
-        let listeners = sock_diag::scan_namespaces(namespaces);
         let proc_root = &self.proc_root;
         deltas.listen_drops = self.listeners.update(
-            &listeners,
+            listeners,
             |key| self.maps.listeners.get(key, 0).ok(),
-            |inode| proc_owner::owner_of_socket(proc_root, inode),
+            |inodes| proc_owner::owners_of_sockets(proc_root, inodes),
         );
+        deltas.listener_owners =
+            listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
 
         for slot in 0..lost::SLOTS {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;

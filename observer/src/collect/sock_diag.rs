@@ -23,6 +23,8 @@ use nix::sched::{CloneFlags, setns};
 pub struct Listener {
     pub netns: u32,
     pub family: u16,
+    /// The address it listens on (0.0.0.0 or :: for every address).
+    pub address: std::net::IpAddr,
     pub port: u16,
     pub cookie: u64,
     /// Socket inode, as in /proc/PID/fd/N -> socket:[inode].
@@ -49,6 +51,7 @@ pub fn dump_listeners(netns: u32) -> io::Result<Vec<Listener>> {
         out.push(Listener {
             netns,
             family: resp.header.family as u16,
+            address: resp.header.socket_id.source_address,
             port: resp.header.socket_id.source_port,
             cookie: u64::from_ne_bytes(resp.header.socket_id.cookie),
             inode: resp.header.inode,

@@ -44,6 +44,11 @@ pub struct State {
     pub exports: std::collections::BTreeMap<&'static str, otlp::ExportCounts>,
     /// The last sweep of every namespace's ceilings and their usage.
     pub ceilings: Vec<(String, crate::ceilings::usage::NetnsUsage)>,
+    /// Every listener of every namespace (by namespace name), from the
+    /// last sweep.
+    pub listeners: Vec<(String, crate::collect::sock_diag::Listener)>,
+    /// Who owns each listener (by socket cookie), where known.
+    pub listener_owners: std::collections::HashMap<u64, Who>,
     /// Open files against RLIMIT_NOFILE of each process with series.
     pub open_files: Vec<(Who, crate::ceilings::files::OpenFiles)>,
 }
@@ -490,7 +495,7 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             })
             .build();
     }
-    type QueuePick = fn(&crate::ceilings::usage::ListenQueue) -> u64;
+    type QueuePick = fn(&crate::collect::sock_diag::Listener) -> u64;
     let queues: [(&str, &str, QueuePick); 2] = [
         ("observer.listen_queue.length", "Connections waiting in a listener's accept queue (ss -lnt Recv-Q)", |q| {
             q.queued.into()
@@ -507,17 +512,17 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             .with_unit("{connection}")
             .with_callback(move |obs| {
                 let Ok(st) = st.lock() else { return };
-                for (netns, u) in &st.ceilings {
-                    for q in &u.listeners {
-                        obs.observe(
-                            pick(q),
-                            &[
-                                KeyValue::new("network_namespace", netns.clone()),
-                                KeyValue::new("server.address", q.address.ip().to_string()),
-                                KeyValue::new("server.port", i64::from(q.address.port())),
-                            ],
-                        );
+                let mut attrs = Vec::with_capacity(10);
+                for (netns, q) in &st.listeners {
+                    attrs.clear();
+                    attrs.push(KeyValue::new("network_namespace", netns.clone()));
+                    attrs.push(KeyValue::new("server.address", q.address.to_string()));
+                    attrs.push(KeyValue::new("server.port", i64::from(q.port)));
+                    // The process that listens (and its pod), when known.
+                    if let Some(owner) = st.listener_owners.get(&q.cookie) {
+                        process_attrs(owner, &mut attrs);
                     }
+                    obs.observe(pick(q), &attrs);
                 }
             })
             .build();

@@ -45,7 +45,15 @@ pub struct KernelOffsets {
     pub skc_net: u32,
     /// `net.ns.inum`: the namespace inode number, as in /proc/PID/ns/net
     pub net_ns_inum: u32,
-    pub _pad: u32,
+    /// `sock.sk_cgrp_data.cgroup`: the cgroup v2 of the task that created
+    /// the socket (struct cgroup *); 0 where the kernel lacks it, then
+    /// sockets of unknown owner get no cgroup.
+    pub sock_cgroup: u32,
+    /// `cgroup.kn` (struct kernfs_node *)
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id` (u64): the cgroup id, as bpf_get_current_cgroup_id
+    /// returns it
+    pub kernfs_node_id: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 72);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 80);

@@ -99,3 +99,25 @@ pub fn sock_netns(sk: u64) -> u32 {
         }
     }
 }
+
+/// The cgroup id of the socket: the cgroup v2 of the task that created it
+/// (sk->sk_cgrp_data.cgroup->kn->id, the id bpf_get_current_cgroup_id gives
+/// in process context), or 0 where this kernel lacks the field.
+#[inline(always)]
+pub fn sock_cgroup_id(sk: u64) -> u64 {
+    let off = offsets();
+    if off.sock_cgroup == 0 {
+        return 0;
+    }
+    unsafe {
+        let Ok(cgroup) = read_at::<u64>(sk, off.sock_cgroup) else { return 0 };
+        if cgroup == 0 {
+            return 0;
+        }
+        let Ok(kn) = read_at::<u64>(cgroup, off.cgroup_kn) else { return 0 };
+        if kn == 0 {
+            return 0;
+        }
+        read_at::<u64>(kn, off.kernfs_node_id).unwrap_or(0)
+    }
+}

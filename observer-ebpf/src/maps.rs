@@ -30,7 +30,9 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     skc_v6_daddr: 0,
     skc_net: 0,
     net_ns_inum: 0,
-    _pad: 0,
+    sock_cgroup: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
 };
 
 /// Read the offsets through a volatile load: the compiler must not fold the

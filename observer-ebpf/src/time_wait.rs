@@ -30,7 +30,7 @@ use observer_common::{Actor, RecentlyCounted, tcp_state::*};
 
 use crate::{
     counters::{ProcCounter, bump_proc},
-    kernel::{IPPROTO_TCP, sock_err, sock_family, sock_protocol},
+    kernel::{IPPROTO_TCP, sock_cgroup_id, sock_err, sock_family, sock_protocol},
     maps::{SOCK_OWNERS, TIME_WAIT_RECENT},
 };
 
@@ -118,10 +118,15 @@ pub fn count_once_per_pair(sk: u64) {
     }
 }
 
-/// Charge one TIME_WAIT entry to the socket's owner; a socket opened before
-/// observer started has no known owner and is charged to tgid 0.
+/// Charge one TIME_WAIT entry to the socket's owner. A socket opened before
+/// observer started (or whose owner the LRU map forgot) has no known owner:
+/// it is charged to tgid 0 in the socket's own cgroup, so it still names
+/// its pod.
 #[inline(always)]
 pub fn count_time_wait(sk: u64) {
-    let owner = unsafe { SOCK_OWNERS.get(&sk) }.copied().unwrap_or(Actor::default());
+    let owner = match unsafe { SOCK_OWNERS.get(&sk) } {
+        Some(owner) => *owner,
+        None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
+    };
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
 }

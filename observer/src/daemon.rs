@@ -191,7 +191,7 @@ fn collect_loop(
                     .listener_owners
                     .iter()
                     .map(|(cookie, owner)| {
-                        let pod = deltas.pods.get(&owner.tgid).cloned().flatten();
+                        let pod = deltas.pods.get(&crate::collect::pod_key(owner)).cloned().flatten();
                         let who = export::series::Who::Process { pid: owner.tgid, name: owner.comm_str().into(), pod };
                         (*cookie, who)
                     })

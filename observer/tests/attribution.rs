@@ -157,3 +157,66 @@ fn series_name_the_container_and_pod_of_the_process() {
 fn lines_of(body: &str, pid: u32) -> String {
     body.lines().filter(|l| l.contains(&format!("process_pid=\"{pid}\""))).collect::<Vec<_>>().join("\n")
 }
+
+/// Sockets opened in a pod before observer started have no known owner
+/// process: their TIME_WAIT entries (in softirq, when the peer's FIN
+/// arrives) are charged to pid 0 "unknown", but in the socket's own cgroup,
+/// so the series still name the pod. Ground truth: the namespace's
+/// TIME_WAIT entries (TcpExtTW + TcpExtTWKilled).
+#[test]
+fn time_wait_of_sockets_older_than_observer_names_their_pod() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let tag = std::process::id();
+    let uid = format!("7c6b5a49-3827-4165-9a4b-{tag:012x}");
+    let id = format!("{:064x}", 0xc0ffee_u64 * 1_000_003 + u64::from(tag));
+    let root = cgroup2_root();
+    let mut dirs = Dirs(Vec::new());
+    let cgroup = root.join(format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{id}.scope",
+        uid.replace('-', "_")
+    ));
+    dirs.create(&cgroup);
+    let logs = std::env::temp_dir().join(format!("observer-pod-logs-old-{tag}"));
+    let mut log_dirs = Dirs(Vec::new());
+    log_dirs.create(&logs.join(format!("shop_legacy-client-0_{uid}/client")));
+
+    // Three connections opened by a shell in the pod's cgroup, held until
+    // it reads a line, then closed first by it (client-first: the TIME_WAIT
+    // is the pod's).
+    let ns = Netns::new();
+    let _server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
+    let open = (3..=5).map(|fd| format!("exec {fd}<>/dev/tcp/127.0.0.1/7000")).collect::<Vec<_>>().join("; ");
+    let inner = format!("{open}; echo ready; read line; exec 3>&- 4>&- 5>&-; sleep 1");
+    let script =
+        format!("echo $$ > {}/cgroup.procs && exec ip netns exec {} bash -c '{inner}'", cgroup.display(), ns.name);
+    let mut client =
+        Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut ready = String::new();
+    BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready", "the pod's connections did not open");
+
+    let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
+    writeln!(client.stdin.as_mut().unwrap()).unwrap();
+    assert!(client.wait().unwrap().success());
+
+    let pod = [
+        "process_pid=\"0\"".to_string(),
+        "process_executable_name=\"unknown\"".to_string(),
+        format!("container_id=\"{id}\""),
+        format!("k8s_pod_uid=\"{uid}\""),
+        "k8s_pod_name=\"legacy-client-0\"".to_string(),
+        "k8s_namespace_name=\"shop\"".to_string(),
+    ];
+    let pod: Vec<&str> = pod.iter().map(String::as_str).collect();
+    let entered = ns.time_wait_entered();
+    assert_eq!(entered, 3, "three client-first closes, three TIME_WAIT entries:\n{}", ns.ss_all());
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_tcp_time_wait_entries_total", &pod) == Some(entered)
+    });
+    assert_eq!(
+        sample(&body, "observer_tcp_time_wait_entries_total", &pod),
+        Some(entered),
+        "{}",
+        body.lines().filter(|l| l.starts_with("observer_tcp_time_wait")).collect::<Vec<_>>().join("\n")
+    );
+}

@@ -50,8 +50,18 @@ pub struct Deltas {
     pub map_fill: Vec<MapFill>,
     /// The owner of every listener whose owner is known, by socket cookie.
     pub listener_owners: HashMap<u64, Actor>,
-    /// The pod labels of every process in these deltas (None: host).
-    pub pods: HashMap<u32, Option<Arc<PodLabels>>>,
+    /// The pod labels of every actor in these deltas (None: host), by
+    /// `pod_key`.
+    pub pods: HashMap<PodKey, Option<Arc<PodLabels>>>,
+}
+
+/// Whose pod labels an actor carries: a process's own (tgid, 0); for
+/// events of sockets whose owner is unknown (tgid 0), the socket's cgroup
+/// (0, cgroup id), so each pod's still gets its pod's labels.
+pub type PodKey = (u32, u64);
+
+pub fn pod_key(actor: &Actor) -> PodKey {
+    if actor.tgid == 0 { (0, actor.cgroup_id) } else { (actor.tgid, 0) }
 }
 
 pub struct Collector {
@@ -94,7 +104,7 @@ impl Collector {
             .chain(deltas.listen_drops.iter().map(|d| d.owner))
             .chain(deltas.listener_owners.values().copied());
         for actor in actors.collect::<Vec<_>>() {
-            if let std::collections::hash_map::Entry::Vacant(slot) = deltas.pods.entry(actor.tgid) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = deltas.pods.entry(pod_key(&actor)) {
                 slot.insert(self.attributor.labels(actor.cgroup_id, actor.tgid));
             }
         }

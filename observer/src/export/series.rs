@@ -15,7 +15,10 @@ use std::{
 
 use observer_common::{AF_INET6, Actor, ConnectErrorKey};
 
-use crate::{attribution::PodLabels, collect::Deltas};
+use crate::{
+    attribution::PodLabels,
+    collect::{Deltas, PodKey, pod_key},
+};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -93,7 +96,7 @@ pub struct SeriesStore {
     limits: Limits,
     /// Processes with their own series, and the pod labels they got when
     /// first seen (kept, so a process's series never change labels).
-    processes: BTreeMap<u32, Option<Arc<PodLabels>>>,
+    processes: BTreeMap<PodKey, Option<Arc<PodLabels>>>,
     destinations: BTreeSet<Dest>,
     pub connects: BTreeMap<ProcSeries, u64>,
     pub accepts: BTreeMap<ProcSeries, u64>,
@@ -126,14 +129,14 @@ impl SeriesStore {
         Self { limits, ..Default::default() }
     }
 
-    fn who(&mut self, actor: &Actor, pods: &std::collections::HashMap<u32, Option<Arc<PodLabels>>>) -> Who {
-        let pid = actor.tgid;
-        if let Some(pod) = self.processes.get(&pid) {
+    fn who(&mut self, actor: &Actor, pods: &std::collections::HashMap<PodKey, Option<Arc<PodLabels>>>) -> Who {
+        let (pid, key) = (actor.tgid, pod_key(actor));
+        if let Some(pod) = self.processes.get(&key) {
             return Who::Process { pid, name: name_of(actor), pod: pod.clone() };
         }
         if self.processes.len() < self.limits.max_processes {
-            let pod = pods.get(&pid).cloned().flatten();
-            self.processes.insert(pid, pod.clone());
+            let pod = pods.get(&key).cloned().flatten();
+            self.processes.insert(key, pod.clone());
             Who::Process { pid, name: name_of(actor), pod }
         } else {
             Who::Other
@@ -151,8 +154,9 @@ impl SeriesStore {
     }
 
     /// The processes that have their own series, with their pod labels.
+    /// (pid 0, the sockets of unknown owner, is not a process: left out.)
     pub fn processes(&self) -> impl Iterator<Item = (u32, Option<Arc<PodLabels>>)> + '_ {
-        self.processes.iter().map(|(pid, pod)| (*pid, pod.clone()))
+        self.processes.iter().filter(|((pid, _), _)| *pid != 0).map(|((pid, _), pod)| (*pid, pod.clone()))
     }
 
     pub fn apply(&mut self, deltas: &Deltas) {
@@ -193,7 +197,7 @@ impl SeriesStore {
 
     /// Forget a process that exited more than the grace period ago.
     fn retire(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+        self.processes.retain(|(p, _), _| *p != pid);
         let keep = |who: &Who| !matches!(who, Who::Process { pid: p, .. } if *p == pid);
         self.connects.retain(|s, _| keep(&s.who));
         self.accepts.retain(|s, _| keep(&s.who));
@@ -283,7 +287,7 @@ mod tests {
             container_name: None,
         });
         let mut s = SeriesStore::new(Limits::default());
-        let pods = [(1, Some(pod.clone())), (2, None)].into_iter().collect();
+        let pods = [((1, 0), Some(pod.clone())), ((2, 0), None)].into_iter().collect();
         s.apply(&Deltas { procs: vec![connects(1, 1), connects(2, 1)], pods, ..Default::default() });
         // Later rounds resolve nothing new: the labels stay, one series each.
         s.apply(&Deltas { procs: vec![connects(1, 2), connects(2, 2)], ..Default::default() });

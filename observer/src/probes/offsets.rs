@@ -40,8 +40,20 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         skc_v6_daddr: r.offset("sock", "__sk_common.skc_v6_daddr")?,
         skc_net: r.offset("sock", "__sk_common.skc_net")?,
         net_ns_inum: r.offset("net", "ns.inum")?,
-        _pad: 0,
+        // Optional: the socket's cgroup attributes TIME_WAIT entries of
+        // sockets whose owner is unknown to a pod; without it (kernels
+        // without CONFIG_SOCK_CGROUP_DATA, or before 5.15's layout) they
+        // simply get no pod labels.
+        sock_cgroup: r.offset("sock", "sk_cgrp_data.cgroup").unwrap_or(0),
+        cgroup_kn: r.offset("cgroup", "kn").unwrap_or(0),
+        kernfs_node_id: r.offset("kernfs_node", "id").unwrap_or(0),
     };
+    if offsets.sock_cgroup == 0 || offsets.cgroup_kn == 0 {
+        tracing::info!(
+            "this kernel's BTF has no sock.sk_cgrp_data.cgroup or cgroup.kn: sockets of unknown owner get no pod labels"
+        );
+        return Ok(KernelOffsets { sock_cgroup: 0, ..offsets });
+    }
     Ok(offsets)
 }
 
@@ -133,6 +145,9 @@ mod tests {
         assert_ne!(off.task_comm, off.task_group_leader);
         // skc_daddr is the very first field of sock_common (a union member).
         assert_eq!(off.skc_daddr, 0);
+        // The socket's cgroup: deep inside sock, after sock_common.
+        assert!(off.sock_cgroup > off.skc_v6_daddr, "{off:?}");
+        assert!(off.cgroup_kn > 0, "{off:?}");
     }
 
     #[test]

@@ -187,13 +187,15 @@ fn collect_loop(
                     programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
                 st.ceilings = ceilings;
                 st.listeners = listeners;
+                // Owners whose pod labels are still being looked up are
+                // named from the next round on, labels and all.
                 st.listener_owners = deltas
                     .listener_owners
                     .iter()
-                    .map(|(cookie, owner)| {
-                        let pod = deltas.pods.get(&crate::collect::pod_key(owner)).cloned().flatten();
+                    .filter_map(|(cookie, owner)| {
+                        let pod = deltas.pods.get(&crate::collect::pod_key(owner))?.clone();
                         let who = export::series::Who::Process { pid: owner.tgid, name: owner.comm_str().into(), pod };
-                        (*cookie, who)
+                        Some((*cookie, who))
                     })
                     .collect();
                 st.open_files = open_files;
@@ -215,6 +217,9 @@ fn collect_loop(
         // Asked to stop: one more round, so the counts since the last one
         // reach the final export.
         stopping = !matches!(stop.recv_timeout(next), Err(mpsc::RecvTimeoutError::Timeout));
+        if stopping {
+            collector.last_round();
+        }
     }
 }
 

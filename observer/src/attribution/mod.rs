@@ -4,14 +4,15 @@
 //! v2 path -> the container and pod uid in it -> kubelet's pod log
 //! directories. No API server access. Host processes get no labels.
 //!
-//! Lookups run on the collector thread, outside the lock the exporters
-//! read under, and touch the filesystem at most once per collection (one
-//! walk of the cgroup tree, one listing of the pod logs) when a cgroup id
-//! or pod uid is new; known ones come from the cache. A cgroup that is
-//! gone from the tree leaves the cache at the next walk.
+//! Lookups run on their own thread (`resolver.rs`), never on the
+//! collection loop, and touch the filesystem at most once per batch of
+//! questions (one walk of the cgroup tree, one listing of the pod logs)
+//! when a cgroup id or pod uid is new; known ones come from the cache. A
+//! cgroup that is gone from the tree leaves the cache at the next walk.
 mod cgroups;
 mod parse;
 mod pods;
+pub mod resolver;
 
 use std::{
     collections::HashMap,
@@ -61,7 +62,7 @@ impl Attributor {
         }
     }
 
-    /// A new collection: the filesystem may be read once more.
+    /// A new batch of lookups: the filesystem may be read once more.
     pub fn next_round(&mut self) {
         self.walked = false;
     }

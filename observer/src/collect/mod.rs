@@ -4,13 +4,14 @@
 //! Kernel counters only grow, except when userspace deletes an entry (a
 //! process retired after its grace period); a key seen with a value below
 //! the last one read was deleted and recreated, so its whole value is new.
+mod holdback;
 mod listeners;
 mod lru;
 pub mod proc_owner;
 pub mod sock_diag;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -22,7 +23,10 @@ pub use lru::{LruMaps, MapFill};
 use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost};
 
 use crate::{
-    attribution::{Attributor, PodLabels},
+    attribution::{
+        Attributor, PodLabels,
+        resolver::{Lookup, Resolver},
+    },
     error::Error,
 };
 
@@ -71,7 +75,11 @@ pub struct Collector {
     exited_at: HashMap<u32, Instant>,
     listeners: ListenerTracker,
     proc_root: PathBuf,
-    attributor: Attributor,
+    resolver: Resolver,
+    held: holdback::Held,
+    /// Hold back counts whose pod labels are pending (off for the last
+    /// round before exit, when nothing may stay behind).
+    holding: bool,
     evictions: lru::EvictionTracker,
 }
 
@@ -88,25 +96,49 @@ impl Collector {
             exited_at: HashMap::new(),
             listeners: ListenerTracker::default(),
             proc_root,
-            attributor,
+            resolver: Resolver::spawn(attributor),
+            held: holdback::Held::default(),
+            holding: true,
             evictions: lru::EvictionTracker::default(),
         }
     }
 
-    /// Resolve the pod labels of every process in `deltas`.
-    fn attribute(&mut self, deltas: &mut Deltas) {
-        self.attributor.next_round();
-        let actors = deltas
+    /// The next collection is the last: let every count out, labelled or
+    /// not.
+    pub fn last_round(&mut self) {
+        self.holding = false;
+    }
+
+    /// The pod labels of every actor in `deltas`, from the lookup thread;
+    /// counts whose labels are still pending wait for the next round.
+    fn attribute(&mut self, deltas: &mut Deltas, now: Instant) {
+        self.held.release_into(deltas);
+        let wanted: Vec<(PodKey, u64, u32)> = deltas
             .procs
             .iter()
             .map(|(k, _)| k.actor)
             .chain(deltas.connect_errors.iter().map(|(k, _)| k.actor))
             .chain(deltas.listen_drops.iter().map(|d| d.owner))
-            .chain(deltas.listener_owners.values().copied());
-        for actor in actors.collect::<Vec<_>>() {
-            if let std::collections::hash_map::Entry::Vacant(slot) = deltas.pods.entry(pod_key(&actor)) {
-                slot.insert(self.attributor.labels(actor.cgroup_id, actor.tgid));
+            .chain(deltas.listener_owners.values().copied())
+            .map(|actor| (pod_key(&actor), actor.cgroup_id, actor.tgid))
+            .collect();
+        let mut pending = HashSet::new();
+        for (key, lookup) in self.resolver.resolve(&wanted, now) {
+            match lookup {
+                Lookup::Known(labels) => {
+                    deltas.pods.insert(key, labels);
+                }
+                Lookup::Pending if self.holding => {
+                    pending.insert(key);
+                }
+                Lookup::Pending => {
+                    deltas.pods.insert(key, None);
+                }
             }
+        }
+        self.held.hold(deltas, &pending);
+        for tgid in &deltas.retired {
+            self.resolver.forget(*tgid);
         }
     }
 
@@ -203,7 +235,7 @@ impl Collector {
             deltas.lost[slot as usize] = values.iter().sum();
         }
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
-        self.attribute(&mut deltas);
+        self.attribute(&mut deltas, now);
         Ok(deltas)
     }
 

@@ -162,43 +162,13 @@ fn collect_loop(
     let mut port_trend = crate::ceilings::trend::PortTrend::default();
     loop {
         let started = Instant::now();
-        // The ceilings next to usage, read outside the exporters' lock;
-        // open files for the processes that had series at the last round.
-        let sweep = crate::ceilings::sweep(proc_root);
-        let listeners: Vec<_> = sweep.iter().flat_map(|n| n.listeners.iter().map(|l| (n.name.clone(), *l))).collect();
-        let mut ceilings: Vec<_> = sweep.into_iter().filter_map(|n| Some((n.name, n.usage?))).collect();
-        port_trend.update(started, &mut ceilings, export::TOP_DESTINATIONS);
-        let processes: Vec<_> = state.lock().unwrap_or_else(|p| p.into_inner()).series.processes().collect();
-        let open_files = open_files_of(proc_root, processes);
-        let dumped: Vec<_> = listeners.iter().map(|(_, l)| *l).collect();
+        let node = NodeReading::read(proc_root, state, &mut port_trend, started);
+        let dumped: Vec<_> = node.listeners.iter().map(|(_, l)| *l).collect();
         match collector.collect_with_listeners(started, grace, &dumped) {
             Ok(deltas) => {
                 failing = false;
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                st.series.apply(&deltas);
-                st.lost = vec![
-                    ("PROC_COUNTERS", deltas.lost[lost::PROC_COUNTERS_FULL as usize]),
-                    ("CONNECT_ERRORS", deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
-                    ("INFLIGHT_CONNECTS", deltas.lost[lost::INFLIGHT_FULL as usize]),
-                ];
-                st.map_fill = deltas.map_fill;
-                // Cumulative in the kernel: read as is, no delta needed.
-                st.missed =
-                    programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
-                st.ceilings = ceilings;
-                st.listeners = listeners;
-                // Owners whose pod labels are still being looked up are
-                // named from the next round on, labels and all.
-                st.listener_owners = deltas
-                    .listener_owners
-                    .iter()
-                    .filter_map(|(cookie, owner)| {
-                        let pod = deltas.pods.get(&crate::collect::pod_key(owner))?.clone();
-                        let who = export::series::Who::Process { pid: owner.tgid, name: owner.comm_str().into(), pod };
-                        Some((*cookie, who))
-                    })
-                    .collect();
-                st.open_files = open_files;
+                publish(&mut st, deltas, node, programs);
                 st.collection_seconds = started.elapsed().as_secs_f64();
             }
             Err(e) => {
@@ -221,6 +191,58 @@ fn collect_loop(
             collector.last_round();
         }
     }
+}
+
+/// What a round reads of the node besides the kernel maps, outside the
+/// exporters' lock: every namespace's ceilings and listeners (one pass),
+/// and the open files of the processes that had series at the last round.
+struct NodeReading {
+    ceilings: Vec<(String, crate::ceilings::usage::NetnsUsage)>,
+    listeners: Vec<(String, sock_diag::Listener)>,
+    open_files: Vec<(export::series::Who, crate::ceilings::files::OpenFiles)>,
+}
+
+impl NodeReading {
+    fn read(
+        proc_root: &std::path::Path,
+        state: &Shared,
+        trend: &mut crate::ceilings::trend::PortTrend,
+        now: Instant,
+    ) -> Self {
+        let sweep = crate::ceilings::sweep(proc_root);
+        let listeners = sweep.iter().flat_map(|n| n.listeners.iter().map(|l| (n.name.clone(), *l))).collect();
+        let mut ceilings: Vec<_> = sweep.into_iter().filter_map(|n| Some((n.name, n.usage?))).collect();
+        trend.update(now, &mut ceilings, export::TOP_DESTINATIONS);
+        let processes: Vec<_> = state.lock().unwrap_or_else(|p| p.into_inner()).series.processes().collect();
+        Self { ceilings, listeners, open_files: open_files_of(proc_root, processes) }
+    }
+}
+
+/// Hand a round's results to the exporters.
+fn publish(st: &mut export::State, deltas: crate::collect::Deltas, node: NodeReading, programs: &[ProgramHandle]) {
+    st.series.apply(&deltas);
+    st.lost = vec![
+        ("PROC_COUNTERS", deltas.lost[lost::PROC_COUNTERS_FULL as usize]),
+        ("CONNECT_ERRORS", deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
+        ("INFLIGHT_CONNECTS", deltas.lost[lost::INFLIGHT_FULL as usize]),
+    ];
+    // Cumulative in the kernel: read as is, no delta needed.
+    st.missed = programs.iter().filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed))).collect();
+    // Owners whose pod labels are still being looked up are named from
+    // the next round on, labels and all.
+    st.listener_owners = deltas
+        .listener_owners
+        .iter()
+        .filter_map(|(cookie, owner)| {
+            let pod = deltas.pods.get(&crate::collect::pod_key(owner))?.clone();
+            let who = export::series::Who::Process { pid: owner.tgid, name: owner.comm_str().into(), pod };
+            Some((*cookie, who))
+        })
+        .collect();
+    st.map_fill = deltas.map_fill;
+    st.ceilings = node.ceilings;
+    st.listeners = node.listeners;
+    st.open_files = node.open_files;
 }
 
 /// Open files of each process; a process already gone has none to report.

@@ -61,7 +61,7 @@ pub struct Deltas {
 
 /// Whose pod labels an actor carries: a process's own (tgid, 0); for
 /// events of sockets whose owner is unknown (tgid 0), the socket's cgroup
-/// (0, cgroup id), so each pod's still gets its pod's labels.
+/// (0, cgroup id), so those still get their pod's labels.
 pub type PodKey = (u32, u64);
 
 pub fn pod_key(actor: &Actor) -> PodKey {

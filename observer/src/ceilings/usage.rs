@@ -1,7 +1,7 @@
 //! What one network namespace uses of its ceilings, from one sock_diag
 //! dump of its TCP sockets (never /proc/net/tcp) and its settings.
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{HashMap, HashSet},
     net::{IpAddr, SocketAddr},
 };
 
@@ -50,27 +50,58 @@ pub struct NetnsUsage {
 /// Read the calling thread's namespace, whose `listeners` were just dumped.
 pub fn read(listeners: &[Listener]) -> std::io::Result<NetnsUsage> {
     let settings = NetSettings::read()?;
-    let sockets = sock_diag::dump_tcp(holds_port())?;
-    Ok(summarize(settings, listeners, &sockets))
+    let mut tally = Tally::new(&settings, listeners);
+    sock_diag::each_tcp(holds_port(), |s| tally.add(&s))?;
+    Ok(tally.finish(settings))
 }
 
 pub fn summarize(settings: NetSettings, listeners: &[Listener], sockets: &[TcpSocket]) -> NetnsUsage {
-    // A server's accepted sockets have its listening port as their local
-    // port: not an ephemeral port, even when the listener sits in the range.
-    let listening: BTreeSet<u16> = listeners.iter().map(|l| l.port).collect();
-    let mut per_destination: BTreeMap<(IpAddr, SocketAddr), u32> = BTreeMap::new();
-    for s in sockets {
+    let mut tally = Tally::new(&settings, listeners);
+    sockets.iter().for_each(|s| tally.add(s));
+    tally.finish(settings)
+}
+
+/// Ports held per (source address, destination) and TIME_WAIT sockets,
+/// counted one socket at a time.
+struct Tally {
+    range: (u16, u16),
+    /// Ports that are not ephemeral here: reserved, or listened on (a
+    /// server's accepted sockets have its listening port as their local
+    /// port, even when the listener sits in the range).
+    excluded: HashSet<u16>,
+    per_destination: HashMap<(IpAddr, SocketAddr), u32>,
+    time_wait: u32,
+}
+
+impl Tally {
+    fn new(settings: &NetSettings, listeners: &[Listener]) -> Self {
+        let (low, high) = settings.ip_local_port_range;
+        let excluded =
+            (low..=high).filter(|p| !settings.is_ephemeral(*p)).chain(listeners.iter().map(|l| l.port)).collect();
+        Self { range: (low, high), excluded, per_destination: HashMap::new(), time_wait: 0 }
+    }
+
+    fn add(&mut self, s: &TcpSocket) {
+        if s.state == TIME_WAIT {
+            self.time_wait += 1;
+        }
         let port = s.local.port();
-        if settings.is_ephemeral(port) && !listening.contains(&port) {
-            *per_destination.entry((s.local.ip(), s.remote)).or_default() += 1;
+        if (self.range.0..=self.range.1).contains(&port) && !self.excluded.contains(&port) {
+            *self.per_destination.entry((s.local.ip(), s.remote)).or_default() += 1;
         }
     }
-    let mut destinations: Vec<Destination> = per_destination
-        .into_iter()
-        .map(|((source, destination), used)| Destination { source, destination, used, exhaustion_seconds: None })
-        .collect();
-    destinations.sort_by_key(|d| std::cmp::Reverse(d.used));
-    NetnsUsage { destinations, time_wait: sockets.iter().filter(|s| s.state == TIME_WAIT).count() as u32, settings }
+
+    fn finish(self, settings: NetSettings) -> NetnsUsage {
+        let mut destinations: Vec<Destination> = self
+            .per_destination
+            .into_iter()
+            .map(|((source, destination), used)| Destination { source, destination, used, exhaustion_seconds: None })
+            .collect();
+        // Most used first; ties in a fixed order, so the top N is stable.
+        destinations
+            .sort_by(|a, b| b.used.cmp(&a.used).then((a.source, a.destination).cmp(&(b.source, b.destination))));
+        NetnsUsage { destinations, time_wait: self.time_wait, settings }
+    }
 }
 
 #[cfg(test)]

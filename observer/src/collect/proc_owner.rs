@@ -24,10 +24,12 @@ pub fn owners_of_sockets(proc_root: &Path, inodes: &HashSet<u32>) -> HashMap<u32
             let Ok(inode) = u32::try_from(inode) else { continue };
             if inodes.contains(&inode) && !found.contains_key(&inode) {
                 found.insert(inode, actor_of(&process));
+                // Each fd is a readlink: a server holding thousands of
+                // connections listens on one of its first; stop there.
+                if found.len() == inodes.len() {
+                    return found;
+                }
             }
-        }
-        if found.len() == inodes.len() {
-            break;
         }
     }
     found

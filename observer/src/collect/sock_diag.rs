@@ -4,9 +4,10 @@
 //! connection dropped because its accept queue (or SYN queue) was full; the
 //! kernel bumps it together with TcpExtListenDrops/ListenOverflows on both
 //! the SYN path and the 3rd-ACK path. sock_diag answers for the network
-//! namespace of the socket it is asked on, so `scan_namespaces` enters each
-//! namespace from a dedicated thread. The ceilings (`observer doctor`) use
-//! the same dump for every TCP socket.
+//! namespace of the socket it is asked on, so `in_each_namespace` enters
+//! each namespace from a dedicated thread (the daemon's sweep does so once
+//! per interval, see ceilings::sweep). The ceilings use the same dump for
+//! every TCP socket.
 use std::{collections::BTreeMap, fs::File, io, os::fd::AsFd, path::PathBuf};
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, Parseable};

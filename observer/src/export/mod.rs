@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Meter, MeterProvider as _},
+    metrics::{AsyncInstrument, Meter, MeterProvider as _},
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
@@ -155,6 +155,20 @@ pub fn errno_name(errno: u32) -> String {
     if e == nix::errno::Errno::UnknownErrno { format!("errno_{errno}") } else { format!("{e:?}") }
 }
 
+/// A callback for an observable instrument: `read` gets the shared state,
+/// locked, at each collection (nothing is observed if a panic poisoned it).
+fn reading<T: 'static>(
+    state: &Shared,
+    read: impl Fn(&State, &dyn AsyncInstrument<T>) + Send + Sync + 'static,
+) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+    let state = state.clone();
+    move |obs| {
+        if let Ok(st) = state.lock() {
+            read(&st, obs);
+        }
+    }
+}
+
 fn register(meter: &Meter, state: Shared) {
     type ProcPick = fn(&SeriesStore) -> &std::collections::BTreeMap<series::ProcSeries, u64>;
     let per_process: [(&str, &str, ProcPick); 3] = [
@@ -165,29 +179,25 @@ fn register(meter: &Meter, state: Shared) {
         }),
     ];
     for (name, description, pick) in per_process {
-        let st = state.clone();
         meter
             .u64_observable_counter(name)
             .with_description(description)
             .with_unit("{connection}")
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(&state, move |st, obs| {
                 for (series, value) in pick(&st.series) {
                     let mut attrs = Vec::with_capacity(3);
                     who_attrs(&series.who, series.network, &mut attrs);
                     obs.observe(*value, &attrs);
                 }
-            })
+            }))
             .build();
     }
 
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.tcp.connect_errors")
         .with_description("connect() failures by process, errno (error.type) and destination")
         .with_unit("{error}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for (s, value) in &st.series.connect_errors {
                 let mut attrs = Vec::with_capacity(6);
                 who_attrs(&s.who, s.network, &mut attrs);
@@ -204,53 +214,46 @@ fn register(meter: &Meter, state: Shared) {
                 }
                 obs.observe(*value, &attrs);
             }
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.tcp.listen_overflows")
         .with_description(
             "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
         )
         .with_unit("{connection}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for (s, value) in &st.series.listen_overflows {
                 let mut attrs = Vec::with_capacity(4);
                 who_attrs(&s.who, s.network, &mut attrs);
                 attrs.push(KeyValue::new("server.port", s.port as i64));
                 obs.observe(*value, &attrs);
             }
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .u64_observable_gauge("observer.probe.attached")
         .with_description("1 for each hook and the mode it is attached in")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for a in &st.attachments {
                 obs.observe(1, &[KeyValue::new("hook", a.hook), KeyValue::new("mode", a.mode.to_string())]);
             }
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.kernel.lost_updates")
         .with_description("Kernel-side counter updates lost because a map was full (should stay 0)")
         .with_unit("{update}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for (map, value) in &st.lost {
                 obs.observe(*value, &[KeyValue::new("map", *map)]);
             }
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.kernel.missed_events")
         .with_description(
@@ -259,15 +262,13 @@ fn register(meter: &Meter, state: Shared) {
              kprobes and tracepoints). When not 0, counts may be short by up to this many events.",
         )
         .with_unit("{event}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for (hook, program, value) in &st.missed {
                 obs.observe(*value, &[KeyValue::new("hook", *hook), KeyValue::new("program", *program)]);
             }
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .f64_observable_gauge("observer.collection.duration")
         .with_description(
@@ -275,21 +276,18 @@ fn register(meter: &Meter, state: Shared) {
              collections fall behind",
         )
         .with_unit("s")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             obs.observe(st.collection_seconds, &[]);
-        })
+        }))
         .build();
 
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.collection.failures")
         .with_description("Collections that failed (logged once per streak, retried every interval)")
         .with_unit("{collection}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             obs.observe(st.collection_failures, &[]);
-        })
+        }))
         .build();
 
     type ExportPick = fn(&otlp::ExportCounts) -> u64;
@@ -315,31 +313,27 @@ fn register(meter: &Meter, state: Shared) {
         ),
     ];
     for (name, description, unit, pick) in exports {
-        let st = state.clone();
         meter
             .u64_observable_counter(name)
             .with_description(description)
             .with_unit(unit)
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(&state, move |st, obs| {
                 for (exporter, counts) in &st.exports {
                     obs.observe(pick(counts), &[KeyValue::new("exporter", *exporter)]);
                 }
-            })
+            }))
             .build();
     }
 
-    let st = state.clone();
     meter
         .u64_observable_gauge("observer.export.pending_batches")
         .with_description("OTLP batches waiting to be sent (1 at most with cumulative temporality)")
         .with_unit("{batch}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for (exporter, counts) in st.exports.iter().filter(|(e, _)| **e == "otlp") {
                 obs.observe(counts.pending, &[KeyValue::new("exporter", *exporter)]);
             }
-        })
+        }))
         .build();
 
     register_ceilings(meter, &state);
@@ -351,20 +345,17 @@ fn register(meter: &Meter, state: Shared) {
         ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
     ];
     for (name, description, pick) in fill {
-        let st = state.clone();
         meter
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit("{entry}")
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(&state, move |st, obs| {
                 for f in &st.map_fill {
                     obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
                 }
-            })
+            }))
             .build();
     }
-    let st = state.clone();
     meter
         .u64_observable_counter("observer.map.evictions")
         .with_description(
@@ -373,14 +364,13 @@ fn register(meter: &Meter, state: Shared) {
              connect() errors; raise --max-sockets when SOCK_OWNERS evicts",
         )
         .with_unit("{entry}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(&state, move |st, obs| {
             for f in &st.map_fill {
                 if let Some(evictions) = f.evictions {
                     obs.observe(evictions, &[KeyValue::new("map", f.map)]);
                 }
             }
-        })
+        }))
         .build();
 }
 
@@ -398,20 +388,18 @@ fn register_open_files(meter: &Meter, state: &Shared) {
         ("observer.process.open_files.limit", "The process's soft RLIMIT_NOFILE", |f| f.limit),
     ];
     for (name, description, pick) in gauges {
-        let st = state.clone();
         meter
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit("{file}")
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(state, move |st, obs| {
                 let mut attrs = Vec::with_capacity(7);
                 for (who, files) in &st.open_files {
                     attrs.clear();
                     process_attrs(who, &mut attrs);
                     obs.observe(pick(files), &attrs);
                 }
-            })
+            }))
             .build();
     }
 }
@@ -429,7 +417,6 @@ fn destination_attrs(netns: &str, d: &crate::ceilings::usage::Destination) -> [K
 /// Ceilings next to usage, per network namespace (`network_namespace`:
 /// "host" or the namespace's inode number).
 fn register_ceilings(meter: &Meter, state: &Shared) {
-    let st = state.clone();
     meter
         .u64_observable_gauge("observer.ephemeral_ports.used")
         .with_description(
@@ -438,16 +425,14 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
              observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
         )
         .with_unit("{port}")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(state, move |st, obs| {
             for (netns, u) in &st.ceilings {
                 for d in u.destinations.iter().take(TOP_DESTINATIONS) {
                     obs.observe(d.used.into(), &destination_attrs(netns, d));
                 }
             }
-        })
+        }))
         .build();
-    let st = state.clone();
     meter
         .f64_observable_gauge("observer.ephemeral_ports.exhaustion")
         .with_description(
@@ -455,15 +440,14 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
              minute (0: exhausted); only for destinations whose use is growing",
         )
         .with_unit("s")
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(state, move |st, obs| {
             for (netns, u) in &st.ceilings {
                 for d in u.destinations.iter().take(TOP_DESTINATIONS) {
                     let Some(seconds) = d.exhaustion_seconds else { continue };
                     obs.observe(seconds, &destination_attrs(netns, d));
                 }
             }
-        })
+        }))
         .build();
     type NetnsPick = fn(&crate::ceilings::usage::NetnsUsage) -> u64;
     let per_netns: [(&str, &str, &str, NetnsPick); 3] = [
@@ -482,17 +466,15 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
         ),
     ];
     for (name, description, unit, pick) in per_netns {
-        let st = state.clone();
         meter
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit(unit)
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(state, move |st, obs| {
                 for (netns, u) in &st.ceilings {
                     obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
                 }
-            })
+            }))
             .build();
     }
     type QueuePick = fn(&crate::collect::sock_diag::Listener) -> u64;
@@ -505,13 +487,11 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
         }),
     ];
     for (name, description, pick) in queues {
-        let st = state.clone();
         meter
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit("{connection}")
-            .with_callback(move |obs| {
-                let Ok(st) = st.lock() else { return };
+            .with_callback(reading(state, move |st, obs| {
                 let mut attrs = Vec::with_capacity(10);
                 for (netns, q) in &st.listeners {
                     attrs.clear();
@@ -524,18 +504,16 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
                     }
                     obs.observe(pick(q), &attrs);
                 }
-            })
+            }))
             .build();
     }
-    let st = state.clone();
     meter
         .u64_observable_gauge("observer.net.setting")
         .with_description(
             "The namespace's settings that bound connections: ip_local_port_range_low/high, tcp_fin_timeout, \
              tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets",
         )
-        .with_callback(move |obs| {
-            let Ok(st) = st.lock() else { return };
+        .with_callback(reading(state, move |st, obs| {
             for (netns, u) in &st.ceilings {
                 let s = &u.settings;
                 for (setting, value) in [
@@ -553,7 +531,7 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
                     );
                 }
             }
-        })
+        }))
         .build();
 }
 

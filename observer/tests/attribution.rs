@@ -31,6 +31,15 @@ fn cgroup2_root() -> PathBuf {
         .expect("a cgroup2 mount (the kernel's cgroup v2 hierarchy)")
 }
 
+/// kubelet's cgroup of a container (systemd driver, containerd) in a pod of
+/// QoS class `qos`.
+fn systemd_containerd_scope(root: &Path, qos: &str, pod_uid: &str, container_id: &str) -> PathBuf {
+    root.join(format!(
+        "kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{}.slice/cri-containerd-{container_id}.scope",
+        pod_uid.replace('-', "_")
+    ))
+}
+
 /// Directories created for the test, removed deepest first on drop (they
 /// are empty by then: their processes have exited).
 struct Dirs(Vec<PathBuf>);
@@ -89,10 +98,7 @@ fn series_name_the_container_and_pod_of_the_process() {
     let root = cgroup2_root();
     let mut dirs = Dirs(Vec::new());
     // systemd driver, containerd, a Burstable pod.
-    let systemd = root.join(format!(
-        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id_a}.scope",
-        uid_a.replace('-', "_")
-    ));
+    let systemd = systemd_containerd_scope(&root, "burstable", &uid_a, &id_a);
     // cgroupfs driver, a BestEffort pod.
     let cgroupfs = root.join(format!("kubepods/besteffort/pod{uid_b}/{id_b}"));
     dirs.create(&systemd);
@@ -171,10 +177,7 @@ fn time_wait_of_sockets_older_than_observer_names_their_pod() {
     let id = format!("{:064x}", 0xc0ffee_u64 * 1_000_003 + u64::from(tag));
     let root = cgroup2_root();
     let mut dirs = Dirs(Vec::new());
-    let cgroup = root.join(format!(
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{id}.scope",
-        uid.replace('-', "_")
-    ));
+    let cgroup = systemd_containerd_scope(&root, "besteffort", &uid, &id);
     dirs.create(&cgroup);
     let logs = std::env::temp_dir().join(format!("observer-pod-logs-old-{tag}"));
     let mut log_dirs = Dirs(Vec::new());

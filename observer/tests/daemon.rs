@@ -436,7 +436,12 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     let tw = String::from_utf8_lossy(&tw.stdout).lines().count() as u64;
     assert_eq!(sample(&body, "observer_time_wait_sockets", &[&netns]), Some(tw));
     assert_eq!(sample(&body, "observer_net_setting", &[&netns, "setting=\"ip_local_port_range_low\""]), Some(41000));
-    assert!(sample(&body, "observer_time_wait_limit", &["network_namespace=\"host\""]).is_some(), "{body}");
+    let host_buckets = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap();
+    assert_eq!(
+        sample(&body, "observer_time_wait_limit", &["network_namespace=\"host\""]),
+        host_buckets.trim().parse().ok(),
+        "{body}"
+    );
 
     // The server holding 10 accepted connections: its open files as
     // /proc/PID/fd lists them, against the limit prlimit gave it.

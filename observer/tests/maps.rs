@@ -47,14 +47,19 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     // Slack for the host's own sockets meanwhile (the scrapes themselves).
     assert!((least..=owned + 200).contains(&evicted), "evicted {evicted}, expected {least}..={owned}: {body}");
 
-    for map in ["LISTENERS", "INFLIGHT_CONNECTS", "THREAD_CONNECTS"] {
+    use observer_common::capacity;
+    for (map, size) in [
+        ("LISTENERS", capacity::LISTENERS),
+        ("INFLIGHT_CONNECTS", capacity::INFLIGHT_CONNECTS),
+        ("THREAD_CONNECTS", capacity::THREAD_CONNECTS),
+    ] {
         let (entries, capacity, evicted) = lru_fill(&body, map);
-        assert!(capacity.is_some_and(|c| c > 0) && entries.is_some(), "{map}: {body}");
+        assert!(capacity == Some(size.into()) && entries.is_some(), "{map}: {body}");
         assert_eq!(evicted, Some(0), "{map}: {body}");
     }
-    for map in ["PROC_COUNTERS", "CONNECT_ERRORS"] {
+    for (map, size) in [("PROC_COUNTERS", capacity::PROC_COUNTERS), ("CONNECT_ERRORS", capacity::CONNECT_ERRORS)] {
         let (entries, capacity, evicted) = lru_fill(&body, map);
-        assert!(capacity.is_some() && entries.is_some(), "{map}: {body}");
+        assert!(capacity == Some(size.into()) && entries.is_some(), "{map}: {body}");
         assert_eq!(evicted, None, "{map} is not an LRU map: {body}");
     }
 }

@@ -149,7 +149,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::R
         for l in listeners {
             let owner = owners
                 .get(&l.inode)
-                .map(|a| describe(&mut attributor, a.tgid, &comm(&a.comm)))
+                .map(|a| describe(&mut attributor, a.tgid, a.comm_str()))
                 .unwrap_or_else(|| "owner unknown".into());
             let subject = format!("listener {} ({owner})", std::net::SocketAddr::from((l.address, l.port)));
             report.findings.push(Finding::new(Check::AcceptQueue, netns, subject, l.queued.into(), l.backlog.into()));
@@ -163,11 +163,6 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::R
     open_files(scope, proc_root, &names, &mut attributor, &mut report.findings);
     checks::sort(&mut report.findings);
     Ok(report)
-}
-
-fn comm(raw: &[u8]) -> String {
-    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    String::from_utf8_lossy(&raw[..len]).into_owned()
 }
 
 /// `nginx pid 4711 in shop/web-0` (the pod when there is one).

@@ -55,12 +55,6 @@ pub fn read(listeners: &[Listener]) -> std::io::Result<NetnsUsage> {
     Ok(tally.finish(settings))
 }
 
-pub fn summarize(settings: NetSettings, listeners: &[Listener], sockets: &[TcpSocket]) -> NetnsUsage {
-    let mut tally = Tally::new(&settings, listeners);
-    sockets.iter().for_each(|s| tally.add(s));
-    tally.finish(settings)
-}
-
 /// Ports held per (source address, destination) and TIME_WAIT sockets,
 /// counted one socket at a time.
 struct Tally {
@@ -107,6 +101,12 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summarize(settings: NetSettings, listeners: &[Listener], sockets: &[TcpSocket]) -> NetnsUsage {
+        let mut tally = Tally::new(&settings, listeners);
+        sockets.iter().for_each(|s| tally.add(s));
+        tally.finish(settings)
+    }
 
     const ESTABLISHED: u8 = 1;
     const SYN_SENT: u8 = 2;

@@ -77,15 +77,8 @@ pub struct TcpSocket {
 }
 
 /// The TCP sockets in `states` (both families) of the calling thread's
-/// network namespace. TIME_WAIT ones included: sock_diag lists them too.
-pub fn dump_tcp(states: StateFlags) -> io::Result<Vec<TcpSocket>> {
-    let mut out = Vec::new();
-    each_tcp(states, |s| out.push(s))?;
-    Ok(out)
-}
-
-/// `dump_tcp`, handing each socket to `f` as it is parsed (no list: a
-/// namespace may hold 100k sockets).
+/// network namespace, TIME_WAIT ones included (sock_diag lists them too),
+/// handed to `f` as they are parsed: a namespace may hold 100k sockets.
 pub fn each_tcp(states: StateFlags, mut f: impl FnMut(TcpSocket)) -> io::Result<()> {
     dump(states, ExtensionFlags::empty(), |resp| {
         let id = &resp.header.socket_id;

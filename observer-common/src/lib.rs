@@ -90,9 +90,10 @@ pub struct ListenerKey {
     pub family: u16,
 }
 
-/// A connect() between its syscall entry and the socket leaving SYN_SENT,
-/// keyed by socket. Lets the synchronous error (what connect() returned) and
-/// the asynchronous one (`sk_err` when SYN_SENT ends) be counted exactly once.
+/// Who connects where: a connect() whose socket entered SYN_SENT. Kept per
+/// socket (`INFLIGHT_CONNECTS`) while its outcome is still to come after the
+/// syscall returned (non-blocking, or interrupted), so an asynchronous
+/// failure is charged to the caller and destination.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InflightConnect {
@@ -100,16 +101,21 @@ pub struct InflightConnect {
     pub daddr: [u8; 16],
     pub family: u16,
     pub dport: u16,
-    /// 1 while the connect() syscall has not returned yet.
-    pub in_syscall: u32,
-    /// 1 once the socket went CLOSE -> SYN_SENT during this connect().
-    pub syn_sent: u32,
-    /// 1 once the socket left SYN_SENT while the syscall was still running
-    /// (on loopback the handshake often completes inside connect()).
-    pub resolved: u32,
-    /// `sk_err` seen when SYN_SENT ended while the syscall was still running.
-    pub async_errno: u32,
     pub _pad: u32,
+}
+
+/// A thread inside connect() (key: pid_tgid): the call's arguments, read
+/// only if it fails before the socket reaches SYN_SENT, and the socket with
+/// its connection once it does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadConnect {
+    pub fd: u64,
+    pub uservaddr: u64,
+    /// The `struct sock *` that went CLOSE -> SYN_SENT in this call, else 0.
+    pub sk: u64,
+    /// Set with `sk`.
+    pub connect: InflightConnect,
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -191,7 +197,8 @@ const _: () = {
     assert!(size_of::<ProcCounters>() == 24);
     assert!(size_of::<ConnectErrorKey>() == 56);
     assert!(size_of::<ListenerKey>() == 8);
-    assert!(size_of::<InflightConnect>() == 72);
+    assert!(size_of::<InflightConnect>() == 56);
+    assert!(size_of::<ThreadConnect>() == 80);
     assert!(size_of::<Config>() == 8);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -33,6 +33,8 @@ pub struct KernelOffsets {
     pub sock_err: u32,
     /// `sock.__sk_common.skc_family` (unsigned short)
     pub skc_family: u32,
+    /// `sock.__sk_common.skc_state` (unsigned char, TCP_ESTABLISHED...)
+    pub skc_state: u32,
     /// `sock.__sk_common.skc_num` (local port, host order)
     pub skc_num: u32,
     /// `sock.__sk_common.skc_dport` (remote port, network order)
@@ -41,6 +43,8 @@ pub struct KernelOffsets {
     pub skc_daddr: u32,
     /// `sock.__sk_common.skc_v6_daddr` (IPv6 remote address)
     pub skc_v6_daddr: u32,
+    /// `tcp_sock.write_seq` (u32): 0 until a connect() got a local port
+    pub tcp_write_seq: u32,
     /// `sock.__sk_common.skc_net` (possible_net_t, a struct net *)
     pub skc_net: u32,
     /// `net.ns.inum`: the namespace inode number, as in /proc/PID/ns/net
@@ -56,4 +60,4 @@ pub struct KernelOffsets {
     pub kernfs_node_id: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 80);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 88);

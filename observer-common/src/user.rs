@@ -1,5 +1,7 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
-use crate::{Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey};
+use crate::{
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey, ThreadConnect,
+};
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
 // have no implicit padding (sizes asserted in lib.rs / offsets.rs).
@@ -9,6 +11,7 @@ unsafe impl aya::Pod for ProcCounters {}
 unsafe impl aya::Pod for ConnectErrorKey {}
 unsafe impl aya::Pod for ListenerKey {}
 unsafe impl aya::Pod for InflightConnect {}
+unsafe impl aya::Pod for ThreadConnect {}
 unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for KernelOffsets {}
 

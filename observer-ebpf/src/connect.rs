@@ -2,20 +2,33 @@
 //!
 //! Errors are taken from the syscall tracepoints in every attach mode: the
 //! errno connect() returned is the ground truth the caller saw, and the
-//! tracepoints exist on every kernel. An in-flight entry per socket joins the
-//! synchronous error (connect()'s return) and the asynchronous one (`sk_err`
-//! when the socket leaves SYN_SENT, see `state.rs`) so each failure is
-//! counted exactly once, whether the connect() was blocking or not.
+//! tracepoints exist on every kernel. While the call runs, its return value
+//! is the outcome; a connection still going on when it returns
+//! (non-blocking, interrupted) gets an in-flight entry per socket, and its
+//! outcome is `sk_err` when the socket leaves SYN_SENT (`state.rs`). So each
+//! failure is counted exactly once, whether the connect() was blocking or
+//! not.
+//!
+//! The connection is noted when the socket enters SYN_SENT inside the call
+//! (`syn_sent_in_connect`), where the socket, its destination and the
+//! caller are at hand: connect()'s entry only notes the thread and the
+//! call's arguments. Walking the fd table and reading the caller's sockaddr
+//! is left to the rare connect() that fails before SYN_SENT (no route, bad
+//! address); done on every call it cost a third of observer's time
+//! (BENCHMARKS.md).
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     macros::{fentry, kprobe, tracepoint},
     programs::{FEntryContext, ProbeContext, TracePointContext},
 };
-use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, lost, lru};
+use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, ThreadConnect, lost, lru, tcp_state::*};
 
 use crate::{
     counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
-    kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
+    kernel::{
+        current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_tcp_state,
+        tcp_attempted_connect,
+    },
     maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
 };
 
@@ -38,69 +51,38 @@ const EXIT_RET: usize = 16;
 /// syscalls/sys_enter_connect(int fd, struct sockaddr *uservaddr, int addrlen)
 #[tracepoint]
 pub fn connect_enter(ctx: TracePointContext) -> u32 {
-    if try_connect_enter(&ctx).is_err() {
-        // Not tracked (unix, UDP, unreadable arguments): forget any
-        // previous connect of this thread, so this connect's exit can never
-        // match a stale entry. A tracked connect overwrites the entry.
-        lru_remove(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &bpf_get_current_pid_tgid());
-    }
+    let (Ok(fd), Ok(uservaddr)) =
+        (unsafe { ctx.read_at::<u64>(ENTER_FD) }, unsafe { ctx.read_at::<u64>(ENTER_USERVADDR) })
+    else {
+        return 0;
+    };
+    // Every connect(), whatever the socket: telling TCP from the rest would
+    // cost the fd-table walk this program exists to avoid. The exit removes
+    // the entry again.
+    let thread = ThreadConnect { fd, uservaddr, ..ThreadConnect::default() };
+    let _ = lru_insert(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &bpf_get_current_pid_tgid(), &thread);
     0
 }
 
-/// Err: this connect() is not one observer tracks.
-fn try_connect_enter(ctx: &TracePointContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let fd: u64 = unsafe { ctx.read_at(ENTER_FD) }?;
-    let uaddr: u64 = unsafe { ctx.read_at(ENTER_USERVADDR) }?;
-    let family: u16 = unsafe { bpf_probe_read_user(uaddr as *const u16) }?;
-    if family != AF_INET && family != AF_INET6 {
-        return Err(0);
-    }
-    let sk = sock_of_fd(fd);
-    if !is_tcp(sk) {
-        return Err(0);
-    }
-    // struct sockaddr_in { u16 family; be16 port; be32 addr; }
-    // struct sockaddr_in6 { u16 family; be16 port; u32 flowinfo; u8 addr[16]; }
-    let dport = u16::from_be(unsafe { bpf_probe_read_user((uaddr + 2) as *const u16) }?);
-    let mut daddr = [0u8; 16];
-    if family == AF_INET6 {
-        daddr = unsafe { bpf_probe_read_user((uaddr + 8) as *const [u8; 16]) }?;
-    } else {
-        let v4: [u8; 4] = unsafe { bpf_probe_read_user((uaddr + 4) as *const [u8; 4]) }?;
-        daddr[..4].copy_from_slice(&v4);
-    }
+/// The socket entered SYN_SENT (process context, from state.rs). Inside a
+/// connect() call of this thread it is that call's socket: note who
+/// connects where. Outside one (a kernel socket, io_uring) nobody will see
+/// an errno, and nothing is noted.
+#[inline(always)]
+pub fn syn_sent_in_connect(sk: u64) {
+    let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
     let actor = current_actor();
+    let family = sock_family(sk);
+    let (daddr, dport) = sock_destination(sk, family);
+    // SAFETY: this thread's entry; only this thread touches it.
+    unsafe {
+        (*thread).sk = sk;
+        (*thread).connect = InflightConnect { actor, daddr, family, dport, _pad: 0 };
+    }
     if config().connects_from_syscall == 1 {
         // Otherwise the tcp_connect hook records the owner.
         let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
     }
-    match INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
-        // A non-blocking connect() asked again (EALREADY): keep the pending
-        // entry and its async error, just mark the syscall as running.
-        Some(entry) if unsafe { (*entry).actor.tgid == actor.tgid && (*entry).in_syscall == 0 } => unsafe {
-            (*entry).in_syscall = 1
-        },
-        // None, or a stale entry of a freed socket whose address was reused.
-        _ => {
-            let entry = InflightConnect {
-                actor,
-                daddr,
-                family,
-                dport,
-                in_syscall: 1,
-                syn_sent: 0,
-                resolved: 0,
-                async_errno: 0,
-                _pad: 0,
-            };
-            if lru_insert(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk, &entry).is_err() {
-                count_lost(lost::INFLIGHT_FULL);
-            }
-        }
-    }
-    let _ = lru_insert(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &pid_tgid, &sk);
-    Ok(())
 }
 
 /// syscalls/sys_exit_connect(long ret)
@@ -112,52 +94,103 @@ pub fn connect_exit(ctx: TracePointContext) -> u32 {
 
 fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(&sk) = (unsafe { THREAD_CONNECTS.get(&pid_tgid) }) else {
+    let Some(&thread) = (unsafe { THREAD_CONNECTS.get(&pid_tgid) }) else {
         return Ok(());
     };
     lru_remove(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &pid_tgid);
-    let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) else {
-        return Ok(());
-    };
     let ret: i64 = unsafe { ctx.read_at(EXIT_RET) }?;
-    // SAFETY: the entry stays valid until removed below; only this thread's
-    // syscall and the SYN_SENT exit of this socket touch it.
-    let entry = unsafe { &mut *entry };
-
-    if config().connects_from_syscall == 1 && entry.syn_sent == 1 && ret != -EADDRNOTAVAIL {
+    if thread.sk == 0 {
+        // The socket never reached SYN_SENT in this call.
+        if is_failure(ret) {
+            failed_before_syn_sent(&thread, -ret as u32);
+        }
+        return Ok(());
+    }
+    let connect = &thread.connect;
+    if config().connects_from_syscall == 1 && ret != -EADDRNOTAVAIL {
         // No tcp_connect hook: a socket that reached SYN_SENT sent its SYN,
         // except when no local port could be found (EADDRNOTAVAIL).
-        bump_proc(&entry.actor, entry.family, ProcCounter::Connects);
+        bump_proc(&connect.actor, connect.family, ProcCounter::Connects);
     }
-    entry.syn_sent = 0;
-
     match -ret {
-        0 | EISCONN => {
-            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
-        }
-        EINPROGRESS | EALREADY | EINTR => pending(entry, sk),
-        errno if ERESTART.contains(&errno) => pending(entry, sk),
-        errno => {
-            count_error(entry, errno as u32);
-            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
-        }
+        0 | EISCONN => {}
+        EINPROGRESS | EALREADY | EINTR => still_connecting(thread.sk, connect),
+        errno if ERESTART.contains(&errno) => still_connecting(thread.sk, connect),
+        errno => count_error(connect, errno as u32),
     }
     Ok(())
 }
 
-/// connect() returned while the connection may still be going on: unless
-/// SYN_SENT already ended while the syscall ran (then the outcome is known
-/// now), it is counted when SYN_SENT ends (state.rs).
+/// connect() returned while the connection may still be going on: its
+/// outcome comes when the socket leaves SYN_SENT (`connect_settled`), which
+/// may have happened while the syscall ran (then nobody was waiting for
+/// it), or may happen at any moment on another CPU. So the entry goes in
+/// first and the state is checked after; whichever side takes the entry
+/// out counts the outcome.
 #[inline(always)]
-fn pending(entry: &mut InflightConnect, sk: u64) {
-    if entry.resolved == 1 {
-        if entry.async_errno != 0 {
-            count_error(entry, entry.async_errno);
-        }
-        lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
-    } else {
-        entry.in_syscall = 0;
+fn still_connecting(sk: u64, connect: &InflightConnect) {
+    if lru_insert(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk, connect).is_err() {
+        return count_lost(lost::INFLIGHT_FULL);
     }
+    let state = sock_tcp_state(sk);
+    if state != SYN_SENT {
+        connect_settled(sk, state == CLOSE);
+    }
+}
+
+/// The socket of a pending connect left SYN_SENT: connected, or `closed`
+/// with `sk_err` (refused, timed out, unreachable). Counted by the caller
+/// that takes the entry out of the map (see `still_connecting`).
+#[inline(always)]
+pub fn connect_settled(sk: u64, closed: bool) {
+    let Some(&entry) = (unsafe { INFLIGHT_CONNECTS.get(&sk) }) else { return };
+    if !lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk) {
+        return;
+    }
+    let err = if closed { sock_err(sk) } else { 0 };
+    if err != 0 {
+        count_error(&entry, err as u32);
+    }
+}
+
+/// A return value that means this connect() failed (rather than succeeded,
+/// or left the connection going on).
+#[inline(always)]
+fn is_failure(ret: i64) -> bool {
+    let errno = -ret;
+    ret < 0 && !matches!(errno, EINPROGRESS | EALREADY | EISCONN | EINTR) && !ERESTART.contains(&errno)
+}
+
+/// connect() failed before its socket entered SYN_SENT (no route, a
+/// refused address, ...). Counted when the socket is TCP and never started
+/// a connection: on one that did, connect() is reporting the outcome of
+/// that earlier attempt (a second connect() after a non-blocking one),
+/// counted already when its SYN_SENT ended. The destination comes from the
+/// caller's sockaddr.
+#[inline(always)]
+fn failed_before_syn_sent(thread: &ThreadConnect, errno: u32) {
+    let sk = sock_of_fd(thread.fd);
+    if !is_tcp(sk) || tcp_attempted_connect(sk) {
+        return;
+    }
+    let uaddr = thread.uservaddr;
+    let Ok(family) = (unsafe { bpf_probe_read_user(uaddr as *const u16) }) else { return };
+    // struct sockaddr_in { u16 family; be16 port; be32 addr; }
+    // struct sockaddr_in6 { u16 family; be16 port; u32 flowinfo; u8 addr[16]; }
+    let Ok(dport) = (unsafe { bpf_probe_read_user((uaddr + 2) as *const u16) }) else { return };
+    let mut daddr = [0u8; 16];
+    match family {
+        AF_INET6 => match unsafe { bpf_probe_read_user((uaddr + 8) as *const [u8; 16]) } {
+            Ok(a) => daddr = a,
+            Err(_) => return,
+        },
+        AF_INET => match unsafe { bpf_probe_read_user((uaddr + 4) as *const [u8; 4]) } {
+            Ok(a) => daddr[..4].copy_from_slice(&a),
+            Err(_) => return,
+        },
+        _ => return,
+    }
+    bump_connect_error(&ConnectErrorKey { actor: current_actor(), family, dport: u16::from_be(dport), errno, daddr });
 }
 
 #[inline(always)]

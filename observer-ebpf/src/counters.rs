@@ -49,11 +49,14 @@ pub fn lru_insert<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K, value: &V) 
 }
 
 /// Take `key` out of the LRU map `which`, counting it if it was there.
+/// True if this call removed it (of two racing callers, only one does).
 #[inline(always)]
-pub fn lru_remove<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K) {
-    if map.remove(key).is_ok() {
+pub fn lru_remove<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K) -> bool {
+    let removed = map.remove(key).is_ok();
+    if removed {
         add_to(&LRU_CHURN, lru::removed(which));
     }
+    removed
 }
 
 #[inline(always)]

@@ -83,6 +83,42 @@ pub fn sock_local_port(sk: u64) -> u16 {
     unsafe { read_at::<u16>(sk, offsets().skc_num) }.unwrap_or(0)
 }
 
+/// Remote address (IPv4 in the first 4 bytes) and port (host order).
+/// Set by tcp_v4_connect/tcp_v6_connect before the socket enters SYN_SENT.
+#[inline(always)]
+pub fn sock_destination(sk: u64, family: u16) -> ([u8; 16], u16) {
+    let off = offsets();
+    let mut daddr = [0u8; 16];
+    unsafe {
+        if family == AF_INET6 {
+            daddr = read_at(sk, off.skc_v6_daddr).unwrap_or(daddr);
+        } else if let Ok(v4) = read_at::<[u8; 4]>(sk, off.skc_daddr) {
+            daddr[..4].copy_from_slice(&v4);
+        }
+    }
+    (daddr, sock_remote_port(sk))
+}
+
+/// TCP state (TCP_ESTABLISHED, ...), as `observer_common::tcp_state`.
+#[inline(always)]
+pub fn sock_tcp_state(sk: u64) -> i32 {
+    unsafe { read_at::<u8>(sk, offsets().skc_state) }.map_or(0, i32::from)
+}
+
+/// Remote port, host byte order.
+#[inline(always)]
+pub fn sock_remote_port(sk: u64) -> u16 {
+    u16::from_be(unsafe { read_at::<u16>(sk, offsets().skc_dport) }.unwrap_or(0))
+}
+
+/// True once a connect() on this TCP socket got past choosing a local port
+/// (the kernel then sets the first sequence number, `write_seq`; a
+/// disconnect after a failure keeps it non-zero).
+#[inline(always)]
+pub fn tcp_attempted_connect(sk: u64) -> bool {
+    unsafe { read_at::<u32>(sk, offsets().tcp_write_seq) }.unwrap_or(0) != 0
+}
+
 #[inline(always)]
 pub fn sock_err(sk: u64) -> i32 {
     unsafe { read_at::<i32>(sk, offsets().sock_err) }.unwrap_or(0)

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey,
-    RecentlyCounted, capacity, lost, lru,
+    RecentlyCounted, ThreadConnect, capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -24,10 +24,12 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     sock_protocol: 0,
     sock_err: 0,
     skc_family: 0,
+    skc_state: 0,
     skc_num: 0,
     skc_dport: 0,
     skc_daddr: 0,
     skc_v6_daddr: 0,
+    tcp_write_seq: 0,
     skc_net: 0,
     net_ns_inum: 0,
     sock_cgroup: 0,
@@ -77,10 +79,11 @@ pub static LISTENERS: LruHashMap<ListenerKey, Actor> = LruHashMap::with_max_entr
 pub static INFLIGHT_CONNECTS: LruHashMap<u64, InflightConnect> =
     LruHashMap::with_max_entries(capacity::INFLIGHT_CONNECTS, 0);
 
-/// The socket each thread is connecting (key: pid_tgid), so connect()'s
-/// exit finds its in-flight entry.
+/// Threads inside connect() (key: pid_tgid), so the socket's CLOSE ->
+/// SYN_SENT knows it happens in a connect() call, and connect()'s exit finds
+/// the in-flight entry.
 #[map]
-pub static THREAD_CONNECTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(capacity::THREAD_CONNECTS, 0);
+pub static THREAD_CONNECTS: LruHashMap<u64, ThreadConnect> = LruHashMap::with_max_entries(capacity::THREAD_CONNECTS, 0);
 
 /// Processes that exited (tgid -> 1); userspace retires their series after
 /// a grace period and deletes their counters.

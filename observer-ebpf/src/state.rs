@@ -1,8 +1,9 @@
 //! TCP state changes (tp_btf `inet_sock_set_state`), available on every
 //! kernel with BTF. One program does all the per-socket bookkeeping:
-//! - CLOSE -> SYN_SENT: the in-flight connect() sent its SYN (unless no
-//!   port can be found, see connect.rs);
-//! - SYN_SENT -> ESTABLISHED/CLOSE: the asynchronous outcome of a connect;
+//! - CLOSE -> SYN_SENT: inside a connect() call, note who connects where
+//!   (connect.rs);
+//! - SYN_SENT -> ESTABLISHED/CLOSE: the outcome of a connect still going
+//!   on when its syscall returned;
 //! - -> LISTEN: record the listener's owner for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
 //!   hook is attached (one of the pair of programs of time_wait.rs);
@@ -11,9 +12,9 @@ use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{ListenerKey, lru, tcp_state::*};
 
 use crate::{
-    connect::count_error,
+    connect::{connect_settled, syn_sent_in_connect},
     counters::{lru_insert, lru_remove},
-    kernel::{IPPROTO_TCP, current_actor, sock_err, sock_family, sock_local_port, sock_netns, sock_protocol},
+    kernel::{IPPROTO_TCP, current_actor, sock_family, sock_local_port, sock_netns, sock_protocol},
     maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config},
     time_wait::{count_once_per_pair, is_time_wait_entry},
 };
@@ -38,12 +39,8 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         count_once_per_pair(sk);
     }
     match (old, new) {
-        (CLOSE, SYN_SENT) => {
-            if let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) {
-                unsafe { (*entry).syn_sent = 1 };
-            }
-        }
-        (SYN_SENT, _) => syn_sent_ended(sk, new),
+        (CLOSE, SYN_SENT) => syn_sent_in_connect(sk),
+        (SYN_SENT, _) => connect_settled(sk, new == CLOSE),
         (_, LISTEN) => record_listener(sk),
         _ => {}
     }
@@ -56,26 +53,6 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
-}
-
-/// The socket left SYN_SENT: connected, or failed with `sk_err`. While the
-/// connect() syscall still runs, its return value is the truth and the
-/// error is only noted; afterwards it is counted here.
-#[inline(always)]
-fn syn_sent_ended(sk: u64, new: i32) {
-    let Some(entry) = INFLIGHT_CONNECTS.get_ptr_mut(&sk) else { return };
-    // SAFETY: valid until removed below.
-    let entry = unsafe { &mut *entry };
-    let err = if new == CLOSE { sock_err(sk) } else { 0 };
-    if entry.in_syscall == 1 {
-        entry.resolved = 1;
-        entry.async_errno = err as u32;
-        return;
-    }
-    if err != 0 {
-        count_error(entry, err as u32);
-    }
-    lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
 }
 
 /// listen(): process context, so the current task owns the listener.

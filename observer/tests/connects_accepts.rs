@@ -63,6 +63,23 @@ fn refused_connects_are_counted_once_blocking_or_not() {
 }
 
 #[test]
+fn a_refusal_reported_again_by_a_second_connect_is_counted_once() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    // The second connect() on each socket returns the refusal the first
+    // one's SYN got (sk_err), without a new attempt: one failure each.
+    let client = ns.client(&["--to", "127.0.0.1:9", "--count", "3", "--nonblocking", "50ms", "--ask-again"]);
+    assert_eq!(client.errors("ECONNREFUSED"), 3, "{client:?}");
+    let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    collect_until(&mut obs, |o| o.connect_errors(client.pid, dest, ECONNREFUSED) >= 3);
+    // One more round: a second count would have arrived with the first.
+    obs.collect();
+    assert_eq!(obs.connect_errors(client.pid, dest, ECONNREFUSED), 3);
+    assert_eq!(obs.all_connect_errors(client.pid), 3);
+    assert_eq!(obs.process(client.pid).connects, 3);
+}
+
+#[test]
 fn unroutable_destination_is_enetunreach_before_any_packet() {
     let mut obs = Observer::start();
     // The namespace has only loopback, so the route lookup fails inside

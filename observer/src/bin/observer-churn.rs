@@ -64,6 +64,10 @@ enum Cmd {
         /// listeners that never accept: the SYN may never be answered).
         #[arg(long, value_parser = humantime::parse_duration)]
         nonblocking: Option<Duration>,
+        /// With --nonblocking: learn the outcome by calling connect() again
+        /// (as some libraries do), not by reading SO_ERROR.
+        #[arg(long, requires = "nonblocking")]
+        ask_again: bool,
         /// Spread the attempts evenly over this long instead of making them
         /// back to back (so a scraper sees the counts grow).
         #[arg(long, value_parser = humantime::parse_duration)]
@@ -108,8 +112,9 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking, spread } => {
+        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
+            let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
             connect(to, count, hold, close_first, nonblocking, pause)
         }
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
@@ -191,7 +196,7 @@ fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
     for _ in 0..attempts {
         let result = match kind {
             StormKind::Eaddrnotavail => TcpStream::connect(to),
-            StormKind::Overflow => connect_nonblocking(to, Duration::ZERO),
+            StormKind::Overflow => connect_nonblocking(to, Nonblocking { wait: Duration::ZERO, ask_again: false }),
         };
         if record(result, &mut held) {
             connected += 1;
@@ -249,7 +254,7 @@ fn connect(
     count: u64,
     hold: bool,
     close_first: Close,
-    nonblocking: Option<Duration>,
+    nonblocking: Option<Nonblocking>,
     pause: Option<Duration>,
 ) {
     let mut connected = 0u64;
@@ -260,7 +265,7 @@ fn connect(
             std::thread::sleep(pause);
         }
         let result = match nonblocking {
-            Some(wait) => connect_nonblocking(to, wait),
+            Some(how) => connect_nonblocking(to, how),
             None => TcpStream::connect(to),
         };
         match result {
@@ -291,10 +296,16 @@ fn connect(
     println!("connected={connected} errors={}", errors.join(","));
 }
 
+#[derive(Clone, Copy)]
+struct Nonblocking {
+    wait: Duration,
+    ask_again: bool,
+}
+
 /// connect() without blocking, then after `wait` the socket's pending error
-/// (SO_ERROR), as an event loop would see it. A connection still pending
-/// then counts as connected.
-fn connect_nonblocking(to: SocketAddr, wait: Duration) -> std::io::Result<TcpStream> {
+/// (SO_ERROR, or what a second connect() returns), as an event loop would
+/// see it. A connection still pending then counts as connected.
+fn connect_nonblocking(to: SocketAddr, how: Nonblocking) -> std::io::Result<TcpStream> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, socket};
     let family = if to.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
     let fd = socket(family, SockType::Stream, SockFlag::SOCK_NONBLOCK, None).map_err(std::io::Error::from)?;
@@ -303,7 +314,13 @@ fn connect_nonblocking(to: SocketAddr, wait: Duration) -> std::io::Result<TcpStr
         Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
         Err(e) => return Err(e.into()),
     }
-    std::thread::sleep(wait);
+    std::thread::sleep(how.wait);
+    if how.ask_again {
+        return match nix::sys::socket::connect(fd.as_raw_fd(), &addr) {
+            Ok(()) | Err(nix::errno::Errno::EISCONN | nix::errno::Errno::EALREADY) => Ok(TcpStream::from(fd)),
+            Err(e) => Err(e.into()),
+        };
+    }
     // What the application would learn: the pending error, if any.
     match nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError) {
         Ok(0) => Ok(TcpStream::from(fd)),

@@ -38,7 +38,7 @@ pub struct MapFill {
 pub struct LruMaps {
     pub sock_owners: AyaHashMap<MapData, u64, observer_common::Actor>,
     pub inflight_connects: AyaHashMap<MapData, u64, observer_common::InflightConnect>,
-    pub thread_connects: AyaHashMap<MapData, u64, u64>,
+    pub thread_connects: AyaHashMap<MapData, u64, observer_common::ThreadConnect>,
     pub churn: PerCpuArray<MapData, u64>,
     /// Capacities as loaded (SOCK_OWNERS is set by --max-sockets).
     pub capacities: [u32; lru::MAPS as usize],

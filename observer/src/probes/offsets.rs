@@ -34,10 +34,12 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         sock_protocol: r.offset("sock", "sk_protocol")?,
         sock_err: r.offset("sock", "sk_err")?,
         skc_family: r.offset("sock", "__sk_common.skc_family")?,
+        skc_state: r.offset("sock", "__sk_common.skc_state")?,
         skc_num: r.offset("sock", "__sk_common.skc_num")?,
         skc_dport: r.offset("sock", "__sk_common.skc_dport")?,
         skc_daddr: r.offset("sock", "__sk_common.skc_daddr")?,
         skc_v6_daddr: r.offset("sock", "__sk_common.skc_v6_daddr")?,
+        tcp_write_seq: r.offset("tcp_sock", "write_seq")?,
         skc_net: r.offset("sock", "__sk_common.skc_net")?,
         net_ns_inum: r.offset("net", "ns.inum")?,
         // Optional: the socket's cgroup attributes TIME_WAIT entries of

@@ -110,12 +110,19 @@ pub struct InflightConnect {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadConnect {
-    pub fd: u64,
-    pub uservaddr: u64,
+    /// The socket: a file descriptor if `from_syscall`, else the
+    /// `struct socket *` inet_stream_connect() was given.
+    pub socket: u64,
+    /// The sockaddr: the caller's (user memory) if `from_syscall`, else
+    /// the kernel's copy.
+    pub addr: u64,
     /// The `struct sock *` that went CLOSE -> SYN_SENT in this call, else 0.
     pub sk: u64,
     /// Set with `sk`.
     pub connect: InflightConnect,
+    /// 1: noted by the connect() syscall tracepoint.
+    pub from_syscall: u32,
+    pub _pad: u32,
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -198,7 +205,7 @@ const _: () = {
     assert!(size_of::<ConnectErrorKey>() == 56);
     assert!(size_of::<ListenerKey>() == 8);
     assert!(size_of::<InflightConnect>() == 56);
-    assert!(size_of::<ThreadConnect>() == 80);
+    assert!(size_of::<ThreadConnect>() == 88);
     assert!(size_of::<Config>() == 8);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -1,9 +1,12 @@
 //! connect(): attempts and failures by errno and destination.
 //!
-//! Errors are taken from the syscall tracepoints in every attach mode: the
-//! errno connect() returned is the ground truth the caller saw, and the
-//! tracepoints exist on every kernel. While the call runs, its return value
-//! is the outcome; a connection still going on when it returns
+//! Errors are what the call returned, the ground truth the caller saw:
+//! taken where connect() enters and leaves TCP's socket layer
+//! (inet_stream_connect, fentry/fexit or kprobe/kretprobe), else from the
+//! connect() syscall tracepoints, which exist on every kernel but, once
+//! enabled, send every syscall of every task through the kernel's slower
+//! syscall path (BENCHMARKS.md, "the floor"). While the call runs, its
+//! return value is the outcome; a connection still going on when it returns
 //! (non-blocking, interrupted) gets an in-flight entry per socket, and its
 //! outcome is `sk_err` when the socket leaves SYN_SENT (`state.rs`). So each
 //! failure is counted exactly once, whether the connect() was blocking or
@@ -11,15 +14,15 @@
 //!
 //! The connection is noted when the socket enters SYN_SENT inside the call
 //! (`syn_sent_in_connect`), where the socket, its destination and the
-//! caller are at hand: connect()'s entry only notes the thread and the
-//! call's arguments. Walking the fd table and reading the caller's sockaddr
-//! is left to the rare connect() that fails before SYN_SENT (no route, bad
-//! address); done on every call it cost a third of observer's time
-//! (BENCHMARKS.md).
+//! caller are at hand: the call's entry only notes the thread and the
+//! call's arguments. Finding the socket (an fd-table walk in syscall mode)
+//! and reading the sockaddr is left to the rare connect() that fails before
+//! SYN_SENT (no route, bad address); done on every call it cost a third of
+//! observer's time (BENCHMARKS.md).
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
-    macros::{fentry, kprobe, tracepoint},
-    programs::{FEntryContext, ProbeContext, TracePointContext},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{fentry, fexit, kprobe, kretprobe, tracepoint},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, ThreadConnect, lost, lru, tcp_state::*};
 
@@ -29,7 +32,7 @@ use crate::{
         current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_tcp_state,
         tcp_attempted_connect,
     },
-    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
+    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config, offsets},
 };
 
 const EADDRNOTAVAIL: i64 = 99;
@@ -57,17 +60,39 @@ pub fn connect_enter(ctx: TracePointContext) -> u32 {
         return 0;
     };
     // Every connect(), whatever the socket: telling TCP from the rest would
-    // cost the fd-table walk this program exists to avoid. The exit removes
-    // the entry again.
-    let thread = ThreadConnect { fd, uservaddr, ..ThreadConnect::default() };
-    let _ = lru_insert(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &bpf_get_current_pid_tgid(), &thread);
+    // cost the fd-table walk this program exists to avoid.
+    call_started(ThreadConnect { socket: fd, addr: uservaddr, from_syscall: 1, ..ThreadConnect::default() });
     0
+}
+
+/// int inet_stream_connect(struct socket *sock, struct sockaddr *uaddr,
+///                         int addr_len, int flags)
+#[fentry(function = "inet_stream_connect")]
+pub fn connect_call_fentry(ctx: FEntryContext) -> u32 {
+    call_started(ThreadConnect { socket: ctx.arg(0), addr: ctx.arg(1), ..ThreadConnect::default() });
+    0
+}
+
+/// Same as `connect_call_fentry`, for kernels where fentry is unavailable.
+#[kprobe]
+pub fn connect_call_kprobe(ctx: ProbeContext) -> u32 {
+    if let (Some(socket), Some(addr)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
+        call_started(ThreadConnect { socket, addr, ..ThreadConnect::default() });
+    }
+    0
+}
+
+/// Note the thread as inside connect(); the call's return removes it.
+#[inline(always)]
+fn call_started(thread: ThreadConnect) {
+    let _ = lru_insert(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &bpf_get_current_pid_tgid(), &thread);
 }
 
 /// The socket entered SYN_SENT (process context, from state.rs). Inside a
 /// connect() call of this thread it is that call's socket: note who
-/// connects where. Outside one (a kernel socket, io_uring) nobody will see
-/// an errno, and nothing is noted.
+/// connects where. Outside one (TCP Fast Open's sendmsg(); in syscall
+/// mode also io_uring and kernel sockets) no hooked call returns an errno,
+/// and nothing is noted.
 #[inline(always)]
 pub fn syn_sent_in_connect(sk: u64) {
     let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
@@ -88,23 +113,40 @@ pub fn syn_sent_in_connect(sk: u64) {
 /// syscalls/sys_exit_connect(long ret)
 #[tracepoint]
 pub fn connect_exit(ctx: TracePointContext) -> u32 {
-    let _ = try_connect_exit(&ctx);
+    if let Ok(ret) = unsafe { ctx.read_at::<i64>(EXIT_RET) } {
+        call_returned(ret);
+    }
     0
 }
 
-fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
+/// inet_stream_connect's return (argument 4: after the four arguments).
+#[fexit(function = "inet_stream_connect")]
+pub fn connect_call_fexit(ctx: FExitContext) -> u32 {
+    call_returned(ctx.arg::<i32>(4) as i64);
+    0
+}
+
+/// Same as `connect_call_fexit`, for kernels where fexit is unavailable.
+#[kretprobe]
+pub fn connect_call_kretprobe(ctx: RetProbeContext) -> u32 {
+    call_returned(ctx.ret::<i32>() as i64);
+    0
+}
+
+/// connect() returned `ret` (0 or -errno).
+#[inline(always)]
+fn call_returned(ret: i64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(&thread) = (unsafe { THREAD_CONNECTS.get(&pid_tgid) }) else {
-        return Ok(());
+        return;
     };
     lru_remove(&THREAD_CONNECTS, lru::THREAD_CONNECTS, &pid_tgid);
-    let ret: i64 = unsafe { ctx.read_at(EXIT_RET) }?;
     if thread.sk == 0 {
         // The socket never reached SYN_SENT in this call.
         if is_failure(ret) {
             failed_before_syn_sent(&thread, -ret as u32);
         }
-        return Ok(());
+        return;
     }
     let connect = &thread.connect;
     if config().connects_from_syscall == 1 && ret != -EADDRNOTAVAIL {
@@ -118,7 +160,6 @@ fn try_connect_exit(ctx: &TracePointContext) -> Result<(), i64> {
         errno if ERESTART.contains(&errno) => still_connecting(thread.sk, connect),
         errno => count_error(connect, errno as u32),
     }
-    Ok(())
 }
 
 /// connect() returned while the connection may still be going on: its
@@ -169,28 +210,36 @@ fn is_failure(ret: i64) -> bool {
 /// caller's sockaddr.
 #[inline(always)]
 fn failed_before_syn_sent(thread: &ThreadConnect, errno: u32) {
-    let sk = sock_of_fd(thread.fd);
+    let sk = if thread.from_syscall == 1 {
+        sock_of_fd(thread.socket)
+    } else {
+        unsafe { bpf_probe_read_kernel((thread.socket + offsets().socket_sk as u64) as *const u64) }.unwrap_or(0)
+    };
     if !is_tcp(sk) || tcp_attempted_connect(sk) {
         return;
     }
-    let uaddr = thread.uservaddr;
-    let Ok(family) = (unsafe { bpf_probe_read_user(uaddr as *const u16) }) else { return };
+    let Some((family, dport, daddr)) = read_sockaddr(thread.addr, thread.from_syscall == 1) else { return };
+    bump_connect_error(&ConnectErrorKey { actor: current_actor(), family, dport, errno, daddr });
+}
+
+/// (family, port in host order, address) of an AF_INET/AF_INET6 sockaddr in
+/// user or kernel memory.
+#[inline(always)]
+fn read_sockaddr(addr: u64, user: bool) -> Option<(u16, u16, [u8; 16])> {
+    fn read<T>(at: u64, user: bool) -> Option<T> {
+        unsafe { if user { bpf_probe_read_user(at as *const T) } else { bpf_probe_read_kernel(at as *const T) } }.ok()
+    }
     // struct sockaddr_in { u16 family; be16 port; be32 addr; }
     // struct sockaddr_in6 { u16 family; be16 port; u32 flowinfo; u8 addr[16]; }
-    let Ok(dport) = (unsafe { bpf_probe_read_user((uaddr + 2) as *const u16) }) else { return };
+    let family: u16 = read(addr, user)?;
+    let dport = u16::from_be(read(addr + 2, user)?);
     let mut daddr = [0u8; 16];
     match family {
-        AF_INET6 => match unsafe { bpf_probe_read_user((uaddr + 8) as *const [u8; 16]) } {
-            Ok(a) => daddr = a,
-            Err(_) => return,
-        },
-        AF_INET => match unsafe { bpf_probe_read_user((uaddr + 4) as *const [u8; 4]) } {
-            Ok(a) => daddr[..4].copy_from_slice(&a),
-            Err(_) => return,
-        },
-        _ => return,
+        AF_INET6 => daddr = read(addr + 8, user)?,
+        AF_INET => daddr[..4].copy_from_slice(&read::<[u8; 4]>(addr + 4, user)?),
+        _ => return None,
     }
-    bump_connect_error(&ConnectErrorKey { actor: current_actor(), family, dport: u16::from_be(dport), errno, daddr });
+    Some((family, dport, daddr))
 }
 
 #[inline(always)]

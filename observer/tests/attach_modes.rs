@@ -34,8 +34,13 @@ fn auto_picks_for_each_hook_the_first_mode_that_works_alone() {
         assert_eq!(auto[hook.name], expected, "hook {}", hook.name);
     }
     // Hooks without a choice are attached in every mode.
-    for hook in ["connect_syscall", "inet_sock_set_state", "sched_process_exit"] {
+    for hook in ["inet_sock_set_state", "sched_process_exit"] {
         assert!(auto.contains_key(hook) && tracepoint.contains_key(hook), "{hook}");
+    }
+    // Where trampolines work (the kernel matrix), no syscall tracepoint is
+    // enabled: it would slow every syscall of the node.
+    if let Ok((probes, _)) = Probes::load(AttachMode::Fentry) {
+        assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
     }
 }
 
@@ -50,6 +55,8 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
             for a in probes.attachments.iter().filter(|a| HOOKS.iter().any(|h| h.name == a.hook)) {
                 assert!(matches!(a.mode, Mode::Kprobe | Mode::Kretprobe), "{a:?}");
             }
+            // No syscall tracepoint: they would slow every syscall of the node.
+            assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
         }
         Err(e) => {
             assert!(!has_kprobes, "kprobe mode failed on a kernel with kprobes: {e}");
@@ -64,6 +71,7 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
         let auto = modes(&auto);
         assert_eq!(auto["inet_csk_accept"], Mode::Tracepoint);
         assert_eq!(auto["tcp_connect"], Mode::Tracepoint);
+        assert_eq!(auto["inet_stream_connect"], Mode::Tracepoint);
         assert_eq!(auto["tcp_time_wait"], Mode::BtfTracepoint);
     }
 }

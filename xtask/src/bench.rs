@@ -287,6 +287,10 @@ const OBSERVER_PROGRAMS: &[&str] = &[
     "inet_csk_accept_kretprobe",
     "tcp_time_wait_fentry",
     "tcp_time_wait_kprobe",
+    "connect_call_fentry",
+    "connect_call_fexit",
+    "connect_call_kprobe",
+    "connect_call_kretprobe",
 ];
 
 /// The kernel's statistics of every loaded BPF program, from one

@@ -87,6 +87,18 @@ enum Way {
         prog: &'static str,
         function: &'static str,
     },
+    /// A program where `function` starts and one where it returns: both
+    /// attach, or neither.
+    FentryFexit {
+        entry: &'static str,
+        exit: &'static str,
+        function: &'static str,
+    },
+    KprobeKretprobe {
+        entry: &'static str,
+        exit: &'static str,
+        function: &'static str,
+    },
     /// Classic tracepoints: (program, category, event).
     Tracepoints(&'static [(&'static str, &'static str, &'static str)]),
     BtfTracepoint {
@@ -108,8 +120,10 @@ impl Way {
     fn allowed_in(&self, mode: AttachMode) -> bool {
         match mode {
             AttachMode::Auto => true,
-            AttachMode::Fentry => matches!(self, Way::Fentry { .. } | Way::Fexit { .. }),
-            AttachMode::Kprobe => matches!(self, Way::Kprobe { .. } | Way::Kretprobe { .. }),
+            AttachMode::Fentry => matches!(self, Way::Fentry { .. } | Way::Fexit { .. } | Way::FentryFexit { .. }),
+            AttachMode::Kprobe => {
+                matches!(self, Way::Kprobe { .. } | Way::Kretprobe { .. } | Way::KprobeKretprobe { .. })
+            }
             AttachMode::Tracepoint => {
                 matches!(self, Way::Tracepoints(_) | Way::BtfTracepoint { .. } | Way::SharedTracepoint { .. })
             }
@@ -118,9 +132,9 @@ impl Way {
 
     fn mode(&self) -> Mode {
         match self {
-            Way::Fentry { .. } => Mode::Fentry,
+            Way::Fentry { .. } | Way::FentryFexit { .. } => Mode::Fentry,
             Way::Fexit { .. } => Mode::Fexit,
-            Way::Kprobe { .. } => Mode::Kprobe,
+            Way::Kprobe { .. } | Way::KprobeKretprobe { .. } => Mode::Kprobe,
             Way::Kretprobe { .. } => Mode::Kretprobe,
             Way::Tracepoints(_) => Mode::Tracepoint,
             Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
@@ -132,6 +146,7 @@ impl Way {
         match self {
             Way::Fentry { prog, twin: Some(twin), .. } => vec![*prog, *twin],
             Way::SharedTracepoint { twin: Some(b), .. } => vec![b.prog],
+            Way::FentryFexit { entry, exit, .. } | Way::KprobeKretprobe { entry, exit, .. } => vec![*entry, *exit],
             Way::Fentry { prog, .. }
             | Way::Fexit { prog, .. }
             | Way::Kprobe { prog, .. }
@@ -169,6 +184,27 @@ pub static HOOKS: &[Hook] = &[
                 via: "syscalls/sys_exit_connect after inet_sock_set_state CLOSE->SYN_SENT",
                 twin: None,
             },
+        ],
+    },
+    // After tcp_connect: its programs count connects when the tcp_connect
+    // hook fell back (the flag is written before this one attaches).
+    Hook {
+        name: "inet_stream_connect",
+        ways: &[
+            Way::FentryFexit {
+                entry: "connect_call_fentry",
+                exit: "connect_call_fexit",
+                function: "inet_stream_connect",
+            },
+            Way::KprobeKretprobe {
+                entry: "connect_call_kprobe",
+                exit: "connect_call_kretprobe",
+                function: "inet_stream_connect",
+            },
+            Way::Tracepoints(&[
+                ("connect_enter", "syscalls", "sys_enter_connect"),
+                ("connect_exit", "syscalls", "sys_exit_connect"),
+            ]),
         ],
     },
     Hook {
@@ -210,15 +246,8 @@ pub static HOOKS: &[Hook] = &[
 ];
 
 /// Hooks that run in every mode: they are the fallbacks' shared programs
-/// and the only source of some signals (connect errno, state changes).
+/// and the only source of some signals (state changes, process exits).
 static ALWAYS: &[Hook] = &[
-    Hook {
-        name: "connect_syscall",
-        ways: &[Way::Tracepoints(&[
-            ("connect_enter", "syscalls", "sys_enter_connect"),
-            ("connect_exit", "syscalls", "sys_exit_connect"),
-        ])],
-    },
     Hook {
         name: "inet_sock_set_state",
         ways: &[Way::BtfTracepoint { prog: "sock_state", event: "inet_sock_set_state" }],
@@ -241,10 +270,11 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
             Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
             None => {}
         }
+        // Before the next hooks and the shared programs attach, so no
+        // program runs without the flags of the hooks before it.
+        write_config(ebpf, config)?;
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
     }
-    // Before the shared programs attach, so they never run without flags.
-    write_config(ebpf, config)?;
     for hook in ALWAYS {
         let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
         attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
@@ -317,6 +347,34 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             let p: &mut FExit = program(ebpf, prog)?;
             p.load(function, btf).map_err(err)?;
             p.attach().map_err(err)?;
+            Ok(function.to_string())
+        }
+        Way::FentryFexit { entry, exit, function } => {
+            let p: &mut FEntry = program(ebpf, entry)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+            let exit_attached = program::<FExit>(ebpf, exit).and_then(|p| {
+                p.load(function, btf).map_err(err)?;
+                p.attach().map(|_| ()).map_err(err)
+            });
+            if let Err(e) = exit_attached {
+                // Never leave an entry program whose returns nobody sees.
+                let _ = program::<FEntry>(ebpf, entry).map(|p| p.unload());
+                return Err(format!("{exit}: {e}"));
+            }
+            Ok(function.to_string())
+        }
+        Way::KprobeKretprobe { entry, exit, function } => {
+            for prog in [entry, exit] {
+                let attached = program::<KProbe>(ebpf, prog).and_then(|p| {
+                    p.load().map_err(err)?;
+                    p.attach(function, 0).map(|_| ()).map_err(err)
+                });
+                if let Err(e) = attached {
+                    let _ = program::<KProbe>(ebpf, entry).map(|p| p.unload());
+                    return Err(format!("{prog}: {e}"));
+                }
+            }
             Ok(function.to_string())
         }
         Way::Kprobe { prog, function, .. } | Way::Kretprobe { prog, function } => {

@@ -108,6 +108,10 @@ pub fn syn_sent_in_connect(sk: u64) {
         // Otherwise the tcp_connect hook records the owner.
         let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
     }
+    // A new connection on this socket: an entry still here belongs to an
+    // earlier socket at this address whose end a skipped run missed, and
+    // must not be taken for this connection's outcome (connect_settled).
+    lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
 }
 
 /// syscalls/sys_exit_connect(long ret)

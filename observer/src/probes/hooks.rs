@@ -94,6 +94,7 @@ enum Way {
         exit: &'static str,
         function: &'static str,
     },
+    /// The same with a kprobe and a kretprobe.
     KprobeKretprobe {
         entry: &'static str,
         exit: &'static str,

@@ -92,7 +92,7 @@ pub struct ListenerKey {
 
 /// Who connects where: a connect() whose socket entered SYN_SENT. Kept per
 /// socket (`INFLIGHT_CONNECTS`) while its outcome is still to come after the
-/// syscall returned (non-blocking, or interrupted), so an asynchronous
+/// connect() call returned (non-blocking, or interrupted), so an asynchronous
 /// failure is charged to the caller and destination.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -168,7 +168,7 @@ fn call_returned(ret: i64) {
 
 /// connect() returned while the connection may still be going on: its
 /// outcome comes when the socket leaves SYN_SENT (`connect_settled`), which
-/// may have happened while the syscall ran (then nobody was waiting for
+/// may have happened while the call ran (then nobody was waiting for
 /// it), or may happen at any moment on another CPU. So the entry goes in
 /// first and the state is checked after; whichever side takes the entry
 /// out counts the outcome.

@@ -3,7 +3,7 @@
 //! - CLOSE -> SYN_SENT: inside a connect() call, note who connects where
 //!   (connect.rs);
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the outcome of a connect still going
-//!   on when its syscall returned;
+//!   on when its connect() call returned;
 //! - -> LISTEN: record the listener's owner for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
 //!   hook is attached (one of the pair of programs of time_wait.rs);

@@ -29,10 +29,10 @@ use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, Threa
 use crate::{
     counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
     kernel::{
-        current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_tcp_state,
+        current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket, sock_tcp_state,
         tcp_attempted_connect,
     },
-    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config, offsets},
+    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
 };
 
 const EADDRNOTAVAIL: i64 = 99;
@@ -214,11 +214,7 @@ fn is_failure(ret: i64) -> bool {
 /// caller's sockaddr.
 #[inline(always)]
 fn failed_before_syn_sent(thread: &ThreadConnect, errno: u32) {
-    let sk = if thread.from_syscall == 1 {
-        sock_of_fd(thread.socket)
-    } else {
-        unsafe { bpf_probe_read_kernel((thread.socket + offsets().socket_sk as u64) as *const u64) }.unwrap_or(0)
-    };
+    let sk = if thread.from_syscall == 1 { sock_of_fd(thread.socket) } else { sock_of_socket(thread.socket) };
     if !is_tcp(sk) || tcp_attempted_connect(sk) {
         return;
     }

@@ -54,11 +54,17 @@ pub fn sock_of_fd(fd: u64) -> u64 {
             return 0;
         }
         let Ok(socket) = read_at::<u64>(file, off.file_private_data) else { return 0 };
-        if socket == 0 {
-            return 0;
-        }
-        read_at::<u64>(socket, off.socket_sk).unwrap_or(0)
+        sock_of_socket(socket)
     }
+}
+
+/// The `struct sock *` of a `struct socket *` (socket->sk), or 0.
+#[inline(always)]
+pub fn sock_of_socket(socket: u64) -> u64 {
+    if socket == 0 {
+        return 0;
+    }
+    unsafe { read_at::<u64>(socket, offsets().socket_sk) }.unwrap_or(0)
 }
 
 #[inline(always)]

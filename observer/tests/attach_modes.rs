@@ -37,10 +37,9 @@ fn auto_picks_for_each_hook_the_first_mode_that_works_alone() {
     for hook in ["inet_sock_set_state", "sched_process_exit"] {
         assert!(auto.contains_key(hook) && tracepoint.contains_key(hook), "{hook}");
     }
-    // Where trampolines work (the kernel matrix), no syscall tracepoint is
-    // enabled: it would slow every syscall of the node.
+    // Where trampolines work (the kernel matrix).
     if let Ok((probes, _)) = Probes::load(AttachMode::Fentry) {
-        assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
+        assert_no_syscall_tracepoint(&probes);
     }
 }
 
@@ -55,8 +54,7 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
             for a in probes.attachments.iter().filter(|a| HOOKS.iter().any(|h| h.name == a.hook)) {
                 assert!(matches!(a.mode, Mode::Kprobe | Mode::Kretprobe), "{a:?}");
             }
-            // No syscall tracepoint: they would slow every syscall of the node.
-            assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
+            assert_no_syscall_tracepoint(&probes);
         }
         Err(e) => {
             assert!(!has_kprobes, "kprobe mode failed on a kernel with kprobes: {e}");
@@ -74,4 +72,10 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
         assert_eq!(auto["inet_stream_connect"], Mode::Tracepoint);
         assert_eq!(auto["tcp_time_wait"], Mode::BtfTracepoint);
     }
+}
+
+/// The preferred modes enable no syscall tracepoint: one would send every
+/// syscall of the node through the kernel's slow path.
+fn assert_no_syscall_tracepoint(probes: &Probes) {
+    assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
 }

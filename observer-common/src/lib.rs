@@ -6,6 +6,7 @@
 //! with aya (`Pod`, behind the `user` feature).
 #![no_std]
 
+pub mod names;
 mod offsets;
 #[cfg(feature = "user")]
 mod user;

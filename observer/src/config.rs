@@ -1,115 +1,414 @@
-//! The configuration file (`observer run --config observer.toml`).
+//! Every setting of `observer run`, defined once (`settings!` below): its
+//! flag and environment variable (clap), its key in the configuration file
+//! (serde; the flag's name without the dashes), its help, its default.
 //!
-//! Its keys are the `observer run` flags without the dashes in front
-//! (`interval = "10s"`), so there is one vocabulary. Every setting comes
-//! from, in order: the flag, its environment variable (`OBSERVER_INTERVAL`),
-//! this file, the default. The file is checked whole at start: an unknown
-//! key, a value of the wrong type or out of range is one error naming the
-//! key, the file and the line.
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+//! A setting comes from, in order: the flag, its environment variable
+//! (clap has already preferred the flag), the configuration file, the
+//! default (`Settings::load`). The file is checked whole at start: an
+//! unknown key, a value of the wrong type or out of range is one error
+//! naming the key, the file and the line. `--dry-run` prints the merged
+//! settings as a configuration file (`Settings::to_toml`).
+use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
 
-use serde::{Deserialize, Deserializer, de::Error as _};
+use clap::ValueEnum;
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
 use crate::{
+    daemon::RunConfig,
     error::Error,
-    export::otlp::{Protocol, TemporalityChoice},
+    export::otlp::{OtlpConfig, Protocol, TemporalityChoice},
     probes::AttachMode,
+    series::Limits,
 };
 
-/// Every key is optional: an absent key falls through to the default.
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileConfig {
-    pub prometheus_listen: Option<SocketAddr>,
-    #[serde(default, deserialize_with = "interval")]
-    pub interval: Option<Duration>,
-    #[serde(default, deserialize_with = "grace")]
-    pub grace: Option<Duration>,
-    #[serde(default, deserialize_with = "attach_mode")]
-    pub attach_mode: Option<AttachMode>,
-    #[serde(default, deserialize_with = "series_limit")]
-    pub max_processes: Option<u32>,
-    #[serde(default, deserialize_with = "series_limit")]
-    pub max_destinations: Option<u32>,
-    #[serde(default, deserialize_with = "max_sockets")]
-    pub max_sockets: Option<u32>,
-    pub proc_root: Option<PathBuf>,
-    pub kernel_btf: Option<PathBuf>,
-    pub cgroup_root: Option<PathBuf>,
-    pub pod_logs: Option<PathBuf>,
-    #[serde(default, deserialize_with = "endpoint")]
-    pub otlp_endpoint: Option<url::Url>,
-    #[serde(default, deserialize_with = "protocol")]
-    pub otlp_protocol: Option<Protocol>,
-    #[serde(default, deserialize_with = "headers")]
-    pub otlp_headers: Option<Headers>,
-    #[serde(default, deserialize_with = "otlp_timeout")]
-    pub otlp_timeout: Option<Duration>,
-    #[serde(default, deserialize_with = "otlp_interval")]
-    pub otlp_interval: Option<Duration>,
-    #[serde(default, deserialize_with = "temporality")]
-    pub otlp_temporality: Option<TemporalityChoice>,
-    pub otlp_certificate: Option<PathBuf>,
+/// A setting's default: a value, or none (then a note says what being
+/// unset means).
+pub enum Preset<T> {
+    Value(T),
+    Unset(&'static str),
 }
 
-/// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
-/// OTEL_EXPORTER_OTLP_HEADERS).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Headers(pub Vec<(String, String)>);
+/// Declares `Settings` (every field optional, so each source may leave it
+/// out) and, from the same list, its defaults and its merge.
+macro_rules! settings {
+    ($( $(#[$attr:meta])* $field:ident : $ty:ty = $default:expr ),* $(,)?) => {
+        #[derive(Clone, Debug, PartialEq, clap::Args, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+        pub struct Settings {
+            $( $(#[$attr])* #[serde(default, skip_serializing_if = "Option::is_none")] pub $field: Option<$ty>, )*
+        }
 
-impl FileConfig {
-    pub fn load(path: &std::path::Path) -> Result<Self, Error> {
+        impl Settings {
+            /// Nothing set.
+            pub fn empty() -> Self {
+                Self { $( $field: None, )* }
+            }
+
+            /// Each setting from `self`, else from `other`.
+            pub fn or(self, other: Self) -> Self {
+                Self { $( $field: self.$field.or(other.$field), )* }
+            }
+
+            /// The defaults.
+            pub fn defaults() -> Self {
+                Self { $( $field: match $default { Preset::Value(v) => Some(v), Preset::Unset(_) => None }, )* }
+            }
+
+            /// The settings without a default, by key, with what their
+            /// absence means.
+            fn unset_notes() -> Vec<(String, &'static str)> {
+                let mut notes = Vec::new();
+                $( if let Preset::<$ty>::Unset(note) = $default { notes.push((stringify!($field).replace('_', "-"), note)); } )*
+                notes
+            }
+        }
+    };
+}
+
+settings! {
+    /// Address of the Prometheus endpoint (/metrics, /healthz, /readyz).
+    #[arg(long, value_name = "ADDR", env = "OBSERVER_PROMETHEUS_LISTEN")]
+    prometheus_listen: SocketAddr = Preset::Value(SocketAddr::from(([127, 0, 0, 1], 9464))),
+
+    /// How often the kernel counters are read, e.g. 500ms, 5s, 1m.
+    #[arg(long, value_name = "DURATION", env = "OBSERVER_INTERVAL")]
+    interval: Interval = Preset::Value(Interval(Duration::from_secs(5))),
+
+    /// How long a process's series stay after it exits, so a scrape after a
+    /// short-lived client still sees its counts.
+    #[arg(long, value_name = "DURATION", env = "OBSERVER_GRACE")]
+    grace: Grace = Preset::Value(Grace(Duration::from_secs(120))),
+
+    /// Force an attach mode for the hooks that have a choice (auto tries
+    /// fentry, then kprobe, then tracepoints).
+    #[arg(long, value_enum, env = "OBSERVER_ATTACH_MODE")]
+    attach_mode: AttachMode = Preset::Value(AttachMode::Auto),
+
+    /// Processes that get their own series; more are counted as "other".
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_PROCESSES")]
+    max_processes: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_processes as u32)),
+
+    /// Destinations (address, port) that get their own series; more are
+    /// counted as "other".
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_DESTINATIONS")]
+    max_destinations: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_destinations as u32)),
+
+    /// Live TCP sockets whose owning process the kernel side remembers, to
+    /// charge their TIME_WAIT to it (~100 bytes of kernel memory each);
+    /// beyond that the least recently used are forgotten. Raise it when
+    /// observer_map_evictions_total{map="SOCK_OWNERS"} grows.
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]
+    max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
+
+    /// The host's /proc, to find every network namespace (set it when
+    /// running in a container with the host's /proc mounted elsewhere).
+    #[arg(long, value_name = "DIR", env = "OBSERVER_PROC_ROOT")]
+    proc_root: PathBuf = Preset::Value(PathBuf::from("/proc")),
+
+    /// The running kernel's BTF; point it at a BTFHub file on kernels built
+    /// without CONFIG_DEBUG_INFO_BTF.
+    #[arg(long, value_name = "FILE", env = "OBSERVER_KERNEL_BTF")]
+    kernel_btf: PathBuf = Preset::Value(PathBuf::from(crate::probes::offsets::VMLINUX_BTF)),
+
+    /// The cgroup v2 hierarchy, to name the container and pod of each
+    /// process (in a container: where the host's is mounted, e.g.
+    /// /host/sys/fs/cgroup).
+    #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUP_ROOT")]
+    cgroup_root: PathBuf = Preset::Unset(
+        "the cgroup2 mount in /proc/self/mountinfo (/sys/fs/cgroup/unified on hybrid hosts)",
+    ),
+
+    /// kubelet's pod log directory, where pod names and namespaces come
+    /// from (`<namespace>_<pod>_<uid>/<container>/`).
+    #[arg(long, value_name = "DIR", env = "OBSERVER_POD_LOGS")]
+    pod_logs: PathBuf = Preset::Value(PathBuf::from("/var/log/pods")),
+
+    /// Push metrics with OTLP to this collector: its base URL, e.g.
+    /// http://otel-collector:4317 (grpc) or http://otel-collector:4318
+    /// (http/protobuf, which sends to <URL>/v1/metrics); https uses TLS with
+    /// the system's CA certificates.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT", help_heading = "OTLP push")]
+    otlp_endpoint: Endpoint = Preset::Unset("no OTLP push"),
+
+    /// OTLP transport.
+    #[arg(long, value_enum, ignore_case = true, env = "OTEL_EXPORTER_OTLP_PROTOCOL", help_heading = "OTLP push")]
+    otlp_protocol: Protocol = Preset::Value(Protocol::HttpProtobuf),
+
+    /// Headers sent with every push, e.g. for auth:
+    /// `authorization=Bearer%20<token>,x-scope-orgid=team-a` (values
+    /// percent-encoded). Never logged; --dry-run hides the values.
+    #[arg(long, value_name = "KEY=VALUE,...", env = "OTEL_EXPORTER_OTLP_HEADERS", hide_env_values = true,
+          help_heading = "OTLP push")]
+    otlp_headers: Headers = Preset::Value(Headers::default()),
+
+    /// How long one push may take; a bare number is milliseconds.
+    #[arg(long, value_name = "DURATION", env = "OTEL_EXPORTER_OTLP_TIMEOUT", help_heading = "OTLP push")]
+    otlp_timeout: OtlpTimeout = Preset::Value(OtlpTimeout(Duration::from_secs(10))),
+
+    /// How often to push; a bare number is milliseconds.
+    #[arg(long, value_name = "DURATION", env = "OTEL_METRIC_EXPORT_INTERVAL", help_heading = "OTLP push")]
+    otlp_interval: OtlpInterval = Preset::Value(OtlpInterval(Duration::from_secs(60))),
+
+    /// cumulative: every push carries the totals (a lost push is made good
+    /// by the next); delta: each push carries the increase since the last
+    /// one sent (unsent ones are kept, up to 30).
+    #[arg(long, value_enum, ignore_case = true, env = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+          help_heading = "OTLP push")]
+    otlp_temporality: TemporalityChoice = Preset::Value(TemporalityChoice::Cumulative),
+
+    /// A CA certificate (PEM) to trust for an https endpoint, besides the
+    /// system's CA certificates (e.g. the collector's private CA).
+    #[arg(long, value_name = "FILE", env = "OTEL_EXPORTER_OTLP_CERTIFICATE", help_heading = "OTLP push")]
+    otlp_certificate: PathBuf = Preset::Unset("only the system's CA certificates"),
+}
+
+impl Settings {
+    /// The settings in effect: `flags` (flag, else environment), else the
+    /// file at `file`, else the default. Without an OTLP endpoint the OTLP
+    /// settings mean nothing and are left out.
+    pub fn load(flags: Settings, file: Option<&std::path::Path>) -> Result<Self, Error> {
+        let from_file = match file {
+            Some(path) => Self::from_file(path)?,
+            None => Self::empty(),
+        };
+        let mut merged = flags.or(from_file).or(Self::defaults());
+        if merged.otlp_endpoint.is_none() {
+            let Self { otlp_protocol, otlp_headers, otlp_timeout, otlp_interval, otlp_temporality, .. } = &mut merged;
+            (*otlp_protocol, *otlp_headers, *otlp_timeout, *otlp_interval, *otlp_temporality) =
+                (None, None, None, None, None);
+        }
+        Ok(merged)
+    }
+
+    pub fn from_file(path: &std::path::Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config { path: path.to_owned(), message: format!("cannot read it: {e}") })?;
         Self::parse(&text).map_err(|message| Error::Config { path: path.to_owned(), message })
     }
 
-    /// Parse the file's text; the error names the line, the column and the
-    /// key (toml's message, with the offending line quoted).
+    /// Parse a configuration file's text; the error names the line, the
+    /// column and the key (toml's message, with the offending line quoted).
     pub fn parse(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
     }
+
+    /// The settings as a configuration file (`observer run --dry-run`),
+    /// with a comment for each one left unset; header values hidden.
+    pub fn to_toml(&self) -> String {
+        let mut text = toml::to_string(self).expect("settings are plain values");
+        let set = toml::Table::try_from(self).expect("settings are plain values");
+        for (key, note) in Self::unset_notes() {
+            if !set.contains_key(&key) {
+                text += &format!("# {key}: not set, {note}\n");
+            }
+        }
+        text
+    }
+
+    /// The daemon's typed view of the settings, each unset one with its
+    /// default.
+    pub fn resolve(self) -> RunConfig {
+        let s = self.or(Self::defaults());
+        let otlp = s.otlp_endpoint.map(|endpoint| OtlpConfig {
+            endpoint: endpoint.0,
+            protocol: preset(s.otlp_protocol),
+            headers: preset(s.otlp_headers).0,
+            timeout: preset(s.otlp_timeout).0,
+            interval: preset(s.otlp_interval).0,
+            temporality: preset(s.otlp_temporality),
+            certificate: s.otlp_certificate,
+        });
+        RunConfig {
+            prometheus_listen: preset(s.prometheus_listen),
+            interval: preset(s.interval).0,
+            grace: preset(s.grace).0,
+            attach_mode: preset(s.attach_mode),
+            limits: Limits {
+                max_processes: preset(s.max_processes).0 as usize,
+                max_destinations: preset(s.max_destinations).0 as usize,
+            },
+            max_sockets: preset(s.max_sockets).0,
+            proc_root: preset(s.proc_root),
+            kernel_btf: preset(s.kernel_btf),
+            cgroup_root: s.cgroup_root,
+            pod_logs: preset(s.pod_logs),
+            otlp,
+        }
+    }
+
+    /// `[default: ...]` of each setting with one, by its flag's name, for
+    /// `--help` (cli/mod.rs adds them: the defaults are written only here).
+    pub fn default_texts() -> Vec<(String, String)> {
+        let table = toml::Table::try_from(Self::defaults()).expect("settings are plain values");
+        let mut texts: Vec<(String, String)> = table
+            .into_iter()
+            .map(|(key, value)| (key, value.as_str().map_or_else(|| value.to_string(), str::to_string)))
+            .collect();
+        texts.extend(Self::unset_notes().into_iter().map(|(key, note)| (key, note.to_string())));
+        texts
+    }
 }
 
-/// Limits shared with the command line (cli/run.rs), so a value means the
-/// same wherever it is set.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    parse_duration(s, Duration::from_millis(100), Duration::from_secs(3600))
+/// A setting that has a `Preset::Value`, once merged with the defaults.
+fn preset<T>(value: Option<T>) -> T {
+    value.expect("a setting with a default is set once merged with the defaults")
 }
 
-pub fn parse_grace(s: &str) -> Result<Duration, String> {
-    parse_duration(s, Duration::ZERO, Duration::from_secs(24 * 3600))
+/// A setting written as a string (a duration, a URL, headers), checked by
+/// the same function wherever it is set; written back by `Display`.
+macro_rules! text_setting {
+    ($(#[$doc:meta])* $name:ident($inner:ty), parse: $parse:expr, show: $show:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name(pub $inner);
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                ($parse)(s).map(Self)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                ($show)(&self.0, f)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?.parse().map_err(D::Error::custom)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    };
 }
 
-/// How many processes or destinations get their own series.
-pub fn parse_series_limit(s: &str) -> Result<u32, String> {
-    series_limit_in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
+fn show_duration(d: &Duration, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{}", humantime::format_duration(*d))
 }
 
-fn series_limit_in_range(n: i64) -> Result<u32, String> {
-    const RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
-    u32::try_from(n)
-        .ok()
-        .filter(|n| RANGE.contains(n))
-        .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
+text_setting!(Interval(Duration), parse: |s| parse_duration(s, Duration::from_millis(100), Duration::from_secs(3600)), show: show_duration);
+text_setting!(Grace(Duration), parse: |s| parse_duration(s, Duration::ZERO, Duration::from_secs(24 * 3600)), show: show_duration);
+text_setting!(
+    /// OTLP request timeout. A bare number is milliseconds, as in
+    /// OTEL_EXPORTER_OTLP_TIMEOUT.
+    OtlpTimeout(Duration),
+    parse: |s: &str| parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(300)),
+    show: show_duration
+);
+text_setting!(
+    /// OTLP push interval. A bare number is milliseconds, as in
+    /// OTEL_METRIC_EXPORT_INTERVAL.
+    OtlpInterval(Duration),
+    parse: |s: &str| parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(3600)),
+    show: show_duration
+);
+text_setting!(
+    /// The collector's URL: http or https, with a host.
+    Endpoint(url::Url),
+    parse: parse_endpoint,
+    show: |u: &url::Url, f: &mut fmt::Formatter<'_>| write!(f, "{u}")
+);
+text_setting!(
+    /// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
+    /// OTEL_EXPORTER_OTLP_HEADERS). Shown with their values hidden: they
+    /// are usually credentials.
+    Headers(Vec<(String, String)>),
+    parse: parse_headers,
+    show: |h: &Vec<(String, String)>, f: &mut fmt::Formatter<'_>| {
+        f.write_str(&h.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","))
+    }
+);
+
+impl Default for Headers {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
 }
 
-/// How many sockets' owners the kernel side remembers (SOCK_OWNERS).
-pub fn parse_max_sockets(s: &str) -> Result<u32, String> {
-    max_sockets_in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
+/// A setting written as a number, in a range.
+macro_rules! number_setting {
+    ($(#[$doc:meta])* $name:ident, $range:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            fn in_range(n: i64) -> Result<Self, String> {
+                const RANGE: std::ops::RangeInclusive<u32> = $range;
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| RANGE.contains(n))
+                    .map(Self)
+                    .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Self::in_range(i64::deserialize(d)?).map_err(D::Error::custom)
+            }
+        }
+    };
 }
 
-fn max_sockets_in_range(n: i64) -> Result<u32, String> {
-    // Below 1024 the LRU map's per-CPU free lists would evict from the
-    // start; above 4Mi entries the map alone needs ~400 MiB of kernel memory.
-    const RANGE: std::ops::RangeInclusive<u32> = 1024..=4 * 1024 * 1024;
-    u32::try_from(n)
-        .ok()
-        .filter(|n| RANGE.contains(n))
-        .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
+number_setting!(
+    /// How many processes or destinations get their own series.
+    SeriesLimit,
+    1..=10_000
+);
+number_setting!(
+    /// How many sockets' owners the kernel side remembers (SOCK_OWNERS).
+    /// Below 1024 the LRU map's per-CPU free lists would evict from the
+    /// start; above 4Mi entries the map alone needs ~400 MiB of kernel
+    /// memory.
+    MaxSockets,
+    1024..=4 * 1024 * 1024
+);
+
+/// A setting with a fixed set of values (clap's `ValueEnum`), written as
+/// its name in the file too.
+macro_rules! choice_setting {
+    ($name:ty, $what:literal) => {
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                <$name>::from_str(&s, true).map_err(|_| {
+                    let names: Vec<String> = <$name>::value_variants()
+                        .iter()
+                        .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
+                        .collect();
+                    D::Error::custom(format!("`{s}` is not {}: use {}", $what, names.join(", ")))
+                })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    };
 }
 
-/// The collector's URL: http or https, with a host.
+choice_setting!(AttachMode, "an attach mode");
+choice_setting!(Protocol, "an OTLP protocol");
+choice_setting!(TemporalityChoice, "a temporality");
+
 pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
     let example = "write e.g. http://otel-collector:4317 (grpc) or http://otel-collector:4318 (http/protobuf)";
     let url = url::Url::parse(s).map_err(|e| format!("`{s}` is not a URL ({e}); {example}"))?;
@@ -121,7 +420,7 @@ pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
 
 /// `key=value,key2=value2`, values percent-decoded (the W3C baggage form
 /// OTEL_EXPORTER_OTLP_HEADERS uses).
-pub fn parse_headers(s: &str) -> Result<Headers, String> {
+pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = pair
@@ -136,19 +435,7 @@ pub fn parse_headers(s: &str) -> Result<Headers, String> {
             .map_err(|e| format!("header `{key}`: the value is not UTF-8 once percent-decoded ({e})"))?;
         out.push((key.to_string(), value.into_owned()));
     }
-    Ok(Headers(out))
-}
-
-/// OTLP request timeout. A bare number is milliseconds, as in
-/// OTEL_EXPORTER_OTLP_TIMEOUT.
-pub fn parse_otlp_timeout(s: &str) -> Result<Duration, String> {
-    parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(300))
-}
-
-/// OTLP push interval. A bare number is milliseconds, as in
-/// OTEL_METRIC_EXPORT_INTERVAL.
-pub fn parse_otlp_interval(s: &str) -> Result<Duration, String> {
-    parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(3600))
+    Ok(out)
 }
 
 fn millis_if_bare(s: &str) -> String {
@@ -168,69 +455,13 @@ fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, Str
     Ok(d)
 }
 
-fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parse_interval(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parse_grace(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn attach_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<AttachMode>, D::Error> {
-    use clap::ValueEnum as _;
-    let s = String::deserialize(d)?;
-    AttachMode::from_str(&s, false)
-        .map(Some)
-        .map_err(|_| D::Error::custom(format!("`{s}` is not an attach mode: use auto, fentry, kprobe or tracepoint")))
-}
-
-fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<url::Url>, D::Error> {
-    parse_endpoint(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn headers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Headers>, D::Error> {
-    parse_headers(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn otlp_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parse_otlp_timeout(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn otlp_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parse_otlp_interval(&String::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn protocol<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Protocol>, D::Error> {
-    use clap::ValueEnum as _;
-    let s = String::deserialize(d)?;
-    Protocol::from_str(&s, true)
-        .map(Some)
-        .map_err(|_| D::Error::custom(format!("`{s}` is not an OTLP protocol: use grpc or http/protobuf")))
-}
-
-fn temporality<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TemporalityChoice>, D::Error> {
-    use clap::ValueEnum as _;
-    let s = String::deserialize(d)?;
-    TemporalityChoice::from_str(&s, true)
-        .map(Some)
-        .map_err(|_| D::Error::custom(format!("`{s}` is not a temporality: use cumulative, delta or lowmemory")))
-}
-
-fn series_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    series_limit_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
-fn max_sockets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    max_sockets_in_range(i64::deserialize(d)?).map(Some).map_err(D::Error::custom)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_key_parses() {
-        let c = FileConfig::parse(
+        let c = Settings::parse(
             r#"
             prometheus-listen = "0.0.0.0:9100"
             interval = "10s"
@@ -254,26 +485,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.prometheus_listen, Some("0.0.0.0:9100".parse().unwrap()));
-        assert_eq!(c.interval, Some(Duration::from_secs(10)));
-        assert_eq!(c.grace, Some(Duration::from_secs(300)));
+        assert_eq!(c.interval, Some(Interval(Duration::from_secs(10))));
+        assert_eq!(c.grace, Some(Grace(Duration::from_secs(300))));
         assert_eq!(c.attach_mode, Some(AttachMode::Tracepoint));
-        assert_eq!((c.max_processes, c.max_destinations), (Some(50), Some(20)));
-        assert_eq!(c.max_sockets, Some(262_144));
+        assert_eq!((c.max_processes, c.max_destinations), (Some(SeriesLimit(50)), Some(SeriesLimit(20))));
+        assert_eq!(c.max_sockets, Some(MaxSockets(262_144)));
         assert_eq!(c.proc_root, Some(PathBuf::from("/host/proc")));
         assert_eq!(c.kernel_btf, Some(PathBuf::from("/btf/vmlinux")));
         assert_eq!(c.cgroup_root, Some(PathBuf::from("/host/sys/fs/cgroup")));
         assert_eq!(c.pod_logs, Some(PathBuf::from("/host/var/log/pods")));
-        assert_eq!(c.otlp_endpoint.map(String::from).as_deref(), Some("https://collector:4317/"));
+        assert_eq!(c.otlp_endpoint.as_ref().map(|e| e.0.to_string()).as_deref(), Some("https://collector:4317/"));
         assert_eq!(c.otlp_protocol, Some(Protocol::Grpc));
         assert_eq!(
-            c.otlp_headers.unwrap().0,
+            c.otlp_headers.as_ref().unwrap().0,
             [("authorization".to_string(), "Bearer s3cret".to_string()), ("x-tenant".into(), "a".into())]
         );
-        assert_eq!(c.otlp_timeout, Some(Duration::from_secs(2)));
-        assert_eq!(c.otlp_interval, Some(Duration::from_secs(15)));
+        assert_eq!(c.otlp_timeout, Some(OtlpTimeout(Duration::from_secs(2))));
+        assert_eq!(c.otlp_interval, Some(OtlpInterval(Duration::from_secs(15))));
         assert_eq!(c.otlp_temporality, Some(TemporalityChoice::Delta));
         assert_eq!(c.otlp_certificate, Some(PathBuf::from("/etc/observer/ca.pem")));
-        assert_eq!(FileConfig::parse("").unwrap(), FileConfig::default());
+        assert_eq!(Settings::parse("").unwrap(), Settings::empty());
+        // What --dry-run prints reads back as the same settings (headers
+        // aside: their values are hidden).
+        let printed = Settings { otlp_headers: None, ..c.clone() }.to_toml();
+        assert_eq!(Settings::parse(&printed).unwrap(), Settings { otlp_headers: None, ..c });
     }
 
     /// Each error names the line and the key or value at fault.
@@ -299,8 +534,19 @@ mod tests {
             ("otlp-temporality = \"sometimes\"", "line 1", "not a temporality"),
         ];
         for (text, line, what) in cases {
-            let e = FileConfig::parse(text).unwrap_err();
+            let e = Settings::parse(text).unwrap_err();
             assert!(e.contains(line) && e.contains(what), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn every_setting_has_a_default_or_says_what_unset_means() {
+        let defaults = Settings::defaults();
+        let printed = defaults.to_toml();
+        assert!(printed.contains("interval = \"5s\"") && printed.contains("max-sockets = 65536"), "{printed}");
+        assert!(printed.contains("# cgroup-root: not set, the cgroup2 mount"), "{printed}");
+        let config = Settings::load(Settings::empty(), None).unwrap().resolve();
+        assert_eq!(config.limits.max_processes, Limits::DEFAULT.max_processes);
+        assert!(config.otlp.is_none());
     }
 }

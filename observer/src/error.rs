@@ -1,14 +1,20 @@
-//! Errors the daemon reports to its user. Each message names what is wrong
-//! and how to fix it: they are printed as-is, never with a backtrace.
+//! Errors observer reports to its user, from `run` and `doctor` alike. Each
+//! message names what is wrong and how to fix it; the cause, where there
+//! is one, is kept as the error's source and printed after it on the same
+//! line (`report`), never as a backtrace.
 use std::{net::SocketAddr, path::PathBuf};
+
+use crate::probes::privileges;
+
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "missing privileges: observer needs {missing} to load eBPF programs and read kernel maps; \
-         run it as root, or grant the capabilities: \
-         `sudo setcap cap_bpf,cap_perfmon,cap_net_admin,cap_sys_resource,cap_sys_ptrace+ep $(which observer)` \
-         (kernels before 5.8 need CAP_SYS_ADMIN instead of CAP_BPF and CAP_PERFMON)"
+        "missing privileges: observer needs {missing}; run it as root, or grant the capabilities: \
+         `sudo setcap {setcap}+ep $(which observer)` (kernels before 5.8 need CAP_SYS_ADMIN instead of \
+         CAP_BPF and CAP_PERFMON)",
+        setcap = privileges::setcap_list()
     )]
     Privileges { missing: String },
 
@@ -18,8 +24,11 @@ pub enum Error {
     )]
     NoBtf { path: PathBuf },
 
+    #[error("kernel BTF {path}")]
+    Btf { path: PathBuf, source: Cause },
+
     #[error("kernel BTF: {0}")]
-    Btf(String),
+    BtfLayout(String),
 
     #[error(
         "tracefs is not mounted at {path} and mounting it failed ({reason}): the tracepoint \
@@ -28,8 +37,8 @@ pub enum Error {
     )]
     NoTracefs { path: PathBuf, reason: String },
 
-    #[error("loading the eBPF object failed: {0}")]
-    Load(String),
+    #[error("loading the eBPF object failed")]
+    Load(#[source] Cause),
 
     #[error("hook `{hook}` could not be attached in any mode; tried: {tried}")]
     Attach { hook: &'static str, tried: String },
@@ -38,16 +47,67 @@ pub enum Error {
     ModeUnavailable { mode: String, hook: &'static str, reason: String },
 
     #[error(
-        "cannot listen on {addr}: {source} (is another observer or exporter already using it? pick another with --prometheus-listen)"
+        "cannot listen on {addr} (is another observer or exporter already using it? pick another with \
+         --prometheus-listen)"
     )]
     Listen { addr: SocketAddr, source: std::io::Error },
 
-    #[error("reading map {map}: {reason}")]
-    Map { map: &'static str, reason: String },
+    #[error("map {map}")]
+    Map { map: &'static str, source: Cause },
 
-    #[error("metrics pipeline: {0}")]
-    Export(String),
+    /// The OpenTelemetry pipeline: building an exporter, encoding a scrape.
+    #[error("metrics pipeline: {what}")]
+    Export { what: String, source: Cause },
+
+    /// What the daemon needs of the system to run at all: its runtime,
+    /// its threads, its signal handlers, its endpoint.
+    #[error("cannot {what}")]
+    System { what: &'static str, source: std::io::Error },
 
     #[error("configuration file {path}: {message}")]
     Config { path: PathBuf, message: String },
+
+    #[error("{path}: no such network namespace")]
+    NoNetns { path: PathBuf },
+
+    #[error("no process {pid} (or no access to it)")]
+    NoProcess { pid: u32 },
+
+    #[error("no network namespace could be examined: run as root, or with {needs}")]
+    NothingExamined { needs: String },
+}
+
+impl Error {
+    /// A cause that is only a text (e.g. "not in the object").
+    pub fn because(text: impl Into<String>) -> Cause {
+        text.into().into()
+    }
+}
+
+/// An error and its causes on one line: `what: cause: its cause`.
+pub fn report(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_keeps_every_cause() {
+        let e = Error::Listen {
+            addr: "127.0.0.1:9464".parse().unwrap(),
+            source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        let text = report(&e);
+        assert!(text.starts_with("cannot listen on 127.0.0.1:9464 (is another observer"), "{text}");
+        assert!(text.ends_with(": address in use"), "{text}");
+    }
 }

@@ -1,11 +1,10 @@
 //! Thin entry point: parse the command line, run, report errors plainly.
 use std::process::ExitCode;
 
-use clap::Parser;
-use observer::cli::{Cli, Command};
+use observer::cli::Command;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = observer::cli::parse();
     // The daemon says what it attached where; doctor prints its report only.
     let default_level = if matches!(cli.command, Command::Doctor(_)) { "warn" } else { "info" };
     tracing_subscriber::fmt()
@@ -20,19 +19,19 @@ fn main() -> ExitCode {
             return match args.run() {
                 Ok(verdict) => ExitCode::from(verdict.exit_code()),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", observer::error::report(&e));
                     ExitCode::from(3)
                 }
             };
         }
         Command::Run(args) => {
             let dry_run = args.dry_run;
-            match args.into_config() {
-                Ok(config) if dry_run => {
-                    print!("{}", config.to_toml());
+            match args.settings() {
+                Ok(settings) if dry_run => {
+                    print!("{}", settings.to_toml());
                     Ok(())
                 }
-                Ok(config) => run(config),
+                Ok(settings) => run(settings.resolve()),
                 Err(e) => Err(e),
             }
         }
@@ -40,7 +39,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", observer::error::report(&e));
             ExitCode::FAILURE
         }
     }
@@ -53,10 +52,10 @@ fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| observer::error::Error::Export(format!("cannot start the runtime: {e}")))?;
+        .map_err(|source| observer::error::Error::System { what: "start the tokio runtime", source })?;
     runtime.block_on(async {
         let shutdown = shutdown_signal()
-            .map_err(|e| observer::error::Error::Export(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+            .map_err(|source| observer::error::Error::System { what: "handle SIGINT/SIGTERM", source })?;
         observer::daemon::run(config, shutdown).await
     })
 }

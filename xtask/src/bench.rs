@@ -276,28 +276,6 @@ fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
-/// observer's programs (names as in observer-ebpf).
-const OBSERVER_PROGRAMS: &[&str] = &[
-    "connect_enter",
-    "connect_exit",
-    "accept4_exit",
-    "accept_exit",
-    "sock_state",
-    "time_wait_twin",
-    "tcp_time_wait_fentry_twin",
-    "process_exit",
-    "tcp_connect_fentry",
-    "tcp_connect_kprobe",
-    "inet_csk_accept_fexit",
-    "inet_csk_accept_kretprobe",
-    "tcp_time_wait_fentry",
-    "tcp_time_wait_kprobe",
-    "connect_call_fentry",
-    "connect_call_fexit",
-    "connect_call_kprobe",
-    "connect_call_kretprobe",
-];
-
 /// The kernel's statistics of every loaded BPF program, from one
 /// `bpftool prog show` (run counts and times need kernel.bpf_stats_enabled=1).
 #[derive(Default)]
@@ -318,7 +296,7 @@ impl ProgramStats {
             let (runs, ns) = (p["run_cnt"].as_u64().unwrap_or(0), p["run_time_ns"].as_u64().unwrap_or(0));
             stats.run_time_ns += ns;
             stats.recursion_misses += p["recursion_misses"].as_u64().unwrap_or(0);
-            if let Some(name) = p["name"].as_str().filter(|n| OBSERVER_PROGRAMS.contains(n)) {
+            if let Some(name) = p["name"].as_str().filter(|n| observer_common::names::programs::ALL.contains(n)) {
                 let e = stats.observer.entry(name.to_string()).or_insert((0, 0));
                 e.0 += runs;
                 e.1 += ns;

@@ -22,6 +22,15 @@ use std::{
 
 pub use parse::{Container, container};
 
+/// Whose pod labels an actor carries: a process's own (tgid, 0); for
+/// events of sockets whose owner is unknown (tgid 0), the socket's cgroup
+/// (0, cgroup id), so those still get their pod's labels.
+pub type PodKey = (u32, u64);
+
+pub fn pod_key(actor: &observer_common::Actor) -> PodKey {
+    if actor.tgid == 0 { (0, actor.cgroup_id) } else { (actor.tgid, 0) }
+}
+
 /// The labels of a process in a pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodLabels {

@@ -13,8 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Attributor, PodLabels};
-use crate::collect::PodKey;
+use super::{Attributor, PodKey, PodLabels};
 
 /// One lookup: the key, the cgroup id the kernel recorded, the pid.
 type Request = (PodKey, u64, u32);

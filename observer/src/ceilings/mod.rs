@@ -1,27 +1,23 @@
-//! Ceilings next to usage, per network namespace: ephemeral ports per
-//! destination against the port range, TIME_WAIT sockets against
+//! The on-call check list (`observer doctor`): ceilings next to usage, per
+//! network namespace, from one reading of the node (`node`): ephemeral
+//! ports per destination against the port range, TIME_WAIT sockets against
 //! tcp_max_tw_buckets, each listener's accept queue against its backlog,
 //! each process's open files against RLIMIT_NOFILE; and the settings that
-//! bound them. `observer doctor` prints them as the on-call check list.
+//! bound them, each with a verdict and the next step.
 pub mod checks;
-pub mod files;
-pub mod settings;
-pub mod trend;
-pub mod usage;
 
 use std::{
     collections::BTreeMap,
-    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
 };
 
 use checks::{Check, Finding};
 use serde::Serialize;
-use usage::NetnsUsage;
 
 use crate::{
     attribution::Attributor,
-    collect::{proc_owner, sock_diag},
+    error::Error,
+    node::{self, files, netns, owners, settings, sock_diag, usage::NetnsUsage},
 };
 
 /// What to look at.
@@ -54,65 +50,18 @@ impl Report {
     }
 }
 
-fn netns_inode(path: &Path) -> Option<u32> {
-    std::fs::metadata(path).ok().map(|m| m.ino() as u32)
-}
-
-/// One network namespace as a sweep found it.
-pub struct NetnsSweep {
-    /// "host", or the namespace's inode number (stable for its life,
-    /// unlike a pid).
-    pub name: String,
-    /// Every listener, with its accept queue and drops.
-    pub listeners: Vec<sock_diag::Listener>,
-    /// The ceilings and their usage; None if they could not be read (the
-    /// listeners, which the drop counts need, are kept apart for that).
-    pub usage: Option<NetnsUsage>,
-}
-
-/// Every network namespace of the host, entered once each: its listeners
-/// and its usage of the ceilings, what the daemon exports every interval.
-/// A namespace whose listeners cannot be dumped is left out.
-pub fn sweep(proc_root: &Path) -> Vec<NetnsSweep> {
-    let host = host_netns(proc_root);
-    sock_diag::in_each_namespace(sock_diag::namespaces(proc_root), move |inode| {
-        let name = if Some(inode) == host { "host".to_string() } else { inode.to_string() };
-        read_namespace(inode).map(|(listeners, usage)| NetnsSweep { name, listeners, usage })
-    })
-}
-
-/// The calling thread's namespace (`inode`).
-fn read_namespace(inode: u32) -> Option<(Vec<sock_diag::Listener>, Option<NetnsUsage>)> {
-    let listeners = sock_diag::dump_listeners(inode).ok()?;
-    let usage = usage::read(&listeners).ok();
-    Some((listeners, usage))
-}
-
-/// The host's namespace is init's; where init is out of reach (a sandbox),
-/// the one observer runs in.
-fn host_netns(proc_root: &Path) -> Option<u32> {
-    netns_inode(&proc_root.join("1/ns/net")).or_else(|| netns_inode(Path::new("/proc/self/ns/net")))
-}
-
 /// Run the check list on `scope`.
-pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::Result<Report> {
-    let host = host_netns(proc_root);
+pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Report, Error> {
+    let host = netns::host(proc_root);
     let namespaces: BTreeMap<u32, PathBuf> = match scope {
-        Scope::All => sock_diag::namespaces(proc_root),
+        Scope::All => netns::all(proc_root),
         Scope::Netns(path) => {
-            let inode = netns_inode(path).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("{}: no such network namespace", path.display()),
-                )
-            })?;
+            let inode = netns::inode(path).ok_or_else(|| Error::NoNetns { path: path.clone() })?;
             [(inode, path.clone())].into()
         }
         Scope::Pid(pid) => {
             let path = proc_root.join(pid.to_string()).join("ns/net");
-            let inode = netns_inode(&path).ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, format!("no process {pid} (or no access to it)"))
-            })?;
+            let inode = netns::inode(&path).ok_or(Error::NoProcess { pid: *pid })?;
             [(inode, path)].into()
         }
     };
@@ -124,13 +73,13 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> std::io::R
         })
         .collect();
     let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
-        sock_diag::in_each_namespace(namespaces, |inode| match read_namespace(inode)? {
+        netns::in_each_namespace(namespaces, |inode| match node::read_namespace(inode)? {
             (listeners, Some(usage)) => Some((inode, listeners, usage)),
             (_, None) => None,
         });
     let mut attributor = Attributor::new(proc_root, None, pod_logs);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
-    let owners = proc_owner::owners_of_sockets(proc_root, &inodes);
+    let owners = owners::owners_of_sockets(proc_root, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
     for (inode, listeners, u) in &usages {
         let netns = &names[inode];
@@ -192,8 +141,8 @@ fn open_files(
         {
             continue;
         }
-        let Some(netns) = netns_inode(&proc_root.join(process.pid.to_string()).join("ns/net")) else { continue };
-        let Some(name) = names.get(&netns) else { continue };
+        let Some(inode) = netns::inode(&proc_root.join(process.pid.to_string()).join("ns/net")) else { continue };
+        let Some(name) = names.get(&inode) else { continue };
         let Ok(stat) = process.stat() else { continue };
         // Kernel threads have no files of their own.
         const PF_KTHREAD: u32 = 0x0020_0000;

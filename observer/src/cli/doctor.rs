@@ -3,7 +3,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::ceilings::{Report, Scope, checks::Verdict, examine};
+use crate::{
+    ceilings::{Report, Scope, checks::Verdict, examine},
+    error::Error,
+    probes::privileges,
+};
 
 /// Check this node's connection ceilings now: ephemeral ports per
 /// destination, TIME_WAIT sockets, accept queues, open files; worst first,
@@ -45,20 +49,22 @@ pub struct DoctorArgs {
 
 impl DoctorArgs {
     /// Print the report; the worst verdict (or an error text).
-    pub fn run(self) -> Result<Verdict, String> {
+    pub fn run(self) -> Result<Verdict, Error> {
         let scope = match (&self.netns, self.pid) {
             (Some(path), _) => Scope::Netns(path.clone()),
             (None, Some(pid)) => Scope::Pid(pid),
             (None, None) => Scope::All,
         };
-        let report = examine(&scope, &self.proc_root, self.pod_logs.clone()).map_err(|e| e.to_string())?;
+        let report = examine(&scope, &self.proc_root, self.pod_logs.clone())?;
         if report.namespaces.is_empty() {
-            return Err("no network namespace could be examined: run as root (CAP_SYS_ADMIN to enter \
-                        namespaces, CAP_NET_ADMIN for sock_diag)"
-                .into());
+            let needs: Vec<_> = privileges::CAPABILITIES
+                .iter()
+                .filter(|n| matches!(n.capability, caps::Capability::CAP_SYS_ADMIN | caps::Capability::CAP_NET_ADMIN))
+                .collect();
+            return Err(Error::NothingExamined { needs: privileges::describe(&needs) });
         }
         let text = if self.json {
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
+            serde_json::to_string_pretty(&report).expect("a report is plain data") + "\n"
         } else {
             table(&report, self.all)
         };

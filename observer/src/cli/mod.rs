@@ -2,15 +2,18 @@
 pub mod doctor;
 pub mod run;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+
+use crate::config::Settings;
 
 /// observer counts, per process, the kernel's TCP avalanche signals —
 /// connect() failures by errno (EADDRNOTAVAIL: ephemeral ports exhausted),
 /// sockets entering TIME_WAIT, listen-queue overflows — and the connects and
 /// accepts around them, and exports them as OpenTelemetry metrics.
 ///
-/// It needs root (or CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN
-/// for entering network namespaces) and a kernel with BTF.
+/// It needs root (or the capabilities the README's Requirements list; a
+/// missing one is named at start, with what it is for) and a kernel with
+/// BTF.
 #[derive(Debug, Parser)]
 #[command(name = "observer", version, propagate_version = true)]
 pub struct Cli {
@@ -22,4 +25,31 @@ pub struct Cli {
 pub enum Command {
     Run(Box<run::RunArgs>),
     Doctor(doctor::DoctorArgs),
+}
+
+/// The command line, with each `observer run` setting's default added to
+/// its help from `Settings::defaults` (not set as clap defaults: a flag
+/// left out must leave the file's value in force).
+pub fn command() -> clap::Command {
+    Cli::command().mut_subcommand("run", |mut run| {
+        for (key, default) in Settings::default_texts() {
+            run = run.mut_arg(key.replace('-', "_"), |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {default}]"))
+            });
+        }
+        run
+    })
+}
+
+/// Parse this process's arguments (exits with clap's message when they are
+/// wrong, or after --help/--version).
+pub fn parse() -> Cli {
+    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+pub fn try_parse_from(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> Result<Cli, clap::Error> {
+    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
 }

@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use observer_common::{ConnectErrorKey, ProcCounters, ProcKey};
 
-use super::{Deltas, ListenerDrops, PodKey, pod_key};
+use super::{Deltas, ListenerDrops};
+use crate::attribution::{PodKey, pod_key};
 
 #[derive(Default)]
 pub struct Held {

@@ -13,7 +13,8 @@ use std::collections::{HashMap, HashSet};
 
 use observer_common::{Actor, ListenerKey};
 
-use super::{since, sock_diag::Listener};
+use super::since;
+use crate::node::sock_diag::Listener;
 
 /// Drops of one listener since the previous scan, with its owner.
 #[derive(Clone, Debug, PartialEq, Eq)]

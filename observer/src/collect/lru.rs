@@ -18,7 +18,7 @@ use aya::{
     Pod,
     maps::{HashMap as AyaHashMap, MapData, PerCpuArray},
 };
-use observer_common::lru;
+use observer_common::{lru, names::maps};
 
 use super::map_err;
 use crate::error::Error;
@@ -59,10 +59,10 @@ impl EvictionTracker {
     ) -> Result<Vec<MapFill>, Error> {
         let mut out = Vec::with_capacity(lru::MAPS as usize);
         for (which, name) in [
-            (lru::SOCK_OWNERS, "SOCK_OWNERS"),
-            (lru::LISTENERS, "LISTENERS"),
-            (lru::INFLIGHT_CONNECTS, "INFLIGHT_CONNECTS"),
-            (lru::THREAD_CONNECTS, "THREAD_CONNECTS"),
+            (lru::SOCK_OWNERS, maps::SOCK_OWNERS),
+            (lru::LISTENERS, maps::LISTENERS),
+            (lru::INFLIGHT_CONNECTS, maps::INFLIGHT_CONNECTS),
+            (lru::THREAD_CONNECTS, maps::THREAD_CONNECTS),
         ] {
             let capacity = maps.capacities[which as usize] as u64;
             let created = churn(maps, lru::created(which))?;
@@ -87,7 +87,7 @@ impl EvictionTracker {
 
 /// Sum over CPUs of one `LRU_CHURN` slot.
 fn churn(maps: &LruMaps, slot: u32) -> Result<u64, Error> {
-    let values = maps.churn.get(&slot, 0).map_err(map_err("LRU_CHURN"))?;
+    let values = maps.churn.get(&slot, 0).map_err(map_err(maps::LRU_CHURN))?;
     Ok(values.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
 }
 

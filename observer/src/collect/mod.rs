@@ -7,8 +7,6 @@
 mod holdback;
 mod listeners;
 mod lru;
-pub mod proc_owner;
-pub mod sock_diag;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -20,14 +18,15 @@ use std::{
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
 pub use listeners::{ListenerDrops, ListenerTracker};
 pub use lru::{LruMaps, MapFill};
-use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost};
+use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost, names::maps};
 
 use crate::{
     attribution::{
-        Attributor, PodLabels,
+        Attributor, PodKey, PodLabels, pod_key,
         resolver::{Lookup, Resolver},
     },
     error::Error,
+    node::{owners, sock_diag},
 };
 
 /// The maps the collector reads, taken out of the loaded object.
@@ -59,15 +58,6 @@ pub struct Deltas {
     pub pods: HashMap<PodKey, Option<Arc<PodLabels>>>,
 }
 
-/// Whose pod labels an actor carries: a process's own (tgid, 0); for
-/// events of sockets whose owner is unknown (tgid 0), the socket's cgroup
-/// (0, cgroup id), so those still get their pod's labels.
-pub type PodKey = (u32, u64);
-
-pub fn pod_key(actor: &Actor) -> PodKey {
-    if actor.tgid == 0 { (0, actor.cgroup_id) } else { (actor.tgid, 0) }
-}
-
 pub struct Collector {
     maps: KernelMaps,
     last_procs: HashMap<ProcKey, ProcCounters>,
@@ -84,7 +74,7 @@ pub struct Collector {
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
-    move |e| Error::Map { map, reason: e.to_string() }
+    move |e| Error::Map { map, source: e.into() }
 }
 
 impl Collector {
@@ -142,16 +132,10 @@ impl Collector {
         }
     }
 
-    /// One collection, with a dump of every namespace's listeners of its
-    /// own. `grace` is how long a process's series outlive it.
-    pub fn collect(&mut self, now: Instant, grace: Duration) -> Result<Deltas, Error> {
-        let listeners = sock_diag::scan_namespaces(sock_diag::namespaces(&self.proc_root));
-        self.collect_with_listeners(now, grace, &listeners)
-    }
-
-    /// One collection, with the listeners of every namespace as just dumped
-    /// (the daemon's ceilings sweep has them: one pass over the namespaces).
-    pub fn collect_with_listeners(
+    /// One collection: the kernel maps, and the listeners of every
+    /// namespace as the round's reading of the node just dumped them.
+    /// `grace` is how long a process's series outlive it.
+    pub fn collect(
         &mut self,
         now: Instant,
         grace: Duration,
@@ -162,7 +146,7 @@ impl Collector {
 
         let mut seen_procs = Vec::new();
         for item in self.maps.proc_counters.iter() {
-            let (key, per_cpu) = item.map_err(map_err("PROC_COUNTERS"))?;
+            let (key, per_cpu) = item.map_err(map_err(maps::PROC_COUNTERS))?;
             let total = per_cpu.iter().fold(ProcCounters::default(), |a, v| ProcCounters {
                 connects: a.connects.wrapping_add(v.connects),
                 accepts: a.accepts.wrapping_add(v.accepts),
@@ -180,7 +164,7 @@ impl Collector {
             seen_procs.push(key);
         }
         deltas.map_fill.push(MapFill {
-            map: "PROC_COUNTERS",
+            map: maps::PROC_COUNTERS,
             entries: seen_procs.len() as u64,
             capacity: capacity::PROC_COUNTERS as u64,
             evictions: None,
@@ -188,7 +172,7 @@ impl Collector {
 
         let mut seen_errors = Vec::new();
         for item in self.maps.connect_errors.iter() {
-            let (key, per_cpu) = item.map_err(map_err("CONNECT_ERRORS"))?;
+            let (key, per_cpu) = item.map_err(map_err(maps::CONNECT_ERRORS))?;
             let total = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v));
             let last = self.last_errors.insert(key, total).unwrap_or_default();
             let delta = since(last, total);
@@ -198,7 +182,7 @@ impl Collector {
             seen_errors.push(key);
         }
         deltas.map_fill.push(MapFill {
-            map: "CONNECT_ERRORS",
+            map: maps::CONNECT_ERRORS,
             entries: seen_errors.len() as u64,
             capacity: capacity::CONNECT_ERRORS as u64,
             evictions: None,
@@ -225,13 +209,13 @@ impl Collector {
         deltas.listen_drops = self.listeners.update(
             listeners,
             |key| self.maps.listeners.get(key, 0).ok(),
-            |inodes| proc_owner::owners_of_sockets(proc_root, inodes),
+            |inodes| owners::owners_of_sockets(proc_root, inodes),
         );
         deltas.listener_owners =
             listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
 
         for slot in 0..lost::SLOTS {
-            let values = self.maps.lost.get(&slot, 0).map_err(map_err("LOST"))?;
+            let values = self.maps.lost.get(&slot, 0).map_err(map_err(maps::LOST))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);

@@ -1,13 +1,14 @@
-//! Export: one OpenTelemetry MeterProvider whose instruments read the series
-//! store. Observable (asynchronous) instruments, because the totals are
-//! computed by the collector; and because the SDK then reports only the
-//! series observed in each collection, a retired process's series vanish.
+//! Export: one OpenTelemetry MeterProvider whose instruments read the
+//! latest round's `Snapshot`. Observable (asynchronous) instruments,
+//! because the totals are computed by the round; and because the SDK then
+//! reports only the series observed in each collection, a retired
+//! process's series vanish.
 pub mod http;
 pub mod otlp;
 pub mod resource;
-pub mod series;
+pub mod stats;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use opentelemetry::{
     KeyValue,
@@ -15,61 +16,34 @@ use opentelemetry::{
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
-use series::{Dest, NetworkType, Who};
-pub use series::{Limits, SeriesStore};
+pub use stats::{ExportCounts, ExportStats};
 
-use crate::{error::Error, probes::Attachment};
+use crate::{
+    error::Error,
+    series::{Dest, NetworkType, ProcSeries, SeriesStore, Who},
+    snapshot::{Published, Snapshot},
+};
 
 /// Resource attributes also put on every Prometheus series: the cluster
 /// (from OTEL_RESOURCE_ATTRIBUTES, e.g. `k8s.cluster.name=prod-eu`), the
 /// node (NODE_NAME) and the host.
 pub const NODE_LABELS: [&str; 3] = ["k8s.cluster.name", "k8s.node.name", "host.name"];
 
-/// Everything the instruments report, shared with the collector.
-#[derive(Default)]
-pub struct State {
-    pub series: SeriesStore,
-    pub attachments: Vec<Attachment>,
-    /// Kernel updates lost to full maps, by map name.
-    pub lost: Vec<(&'static str, u64)>,
-    /// How full each kernel map is.
-    pub map_fill: Vec<crate::collect::MapFill>,
-    /// (hook, program, runs the kernel skipped), cumulative.
-    pub missed: Vec<(&'static str, &'static str, u64)>,
-    /// How long the last successful collection took.
-    pub collection_seconds: f64,
-    /// Collections that failed (each retried at the next interval).
-    pub collection_failures: u64,
-    /// By exporter: "prometheus" (scrapes), "otlp" (pushes).
-    pub exports: std::collections::BTreeMap<&'static str, otlp::ExportCounts>,
-    /// The last sweep of every namespace's ceilings and their usage.
-    pub ceilings: Vec<(String, crate::ceilings::usage::NetnsUsage)>,
-    /// Every listener of every namespace (by namespace name), from the
-    /// last sweep.
-    pub listeners: Vec<(String, crate::collect::sock_diag::Listener)>,
-    /// Who owns each listener (by socket cookie), where known.
-    pub listener_owners: std::collections::HashMap<u64, Who>,
-    /// Open files against RLIMIT_NOFILE of each process with series.
-    pub open_files: Vec<(Who, crate::ceilings::files::OpenFiles)>,
-}
-
-/// Destinations per namespace that get an ephemeral-ports series: the
-/// closest to exhaustion (the sweep sorts them by use).
-pub const TOP_DESTINATIONS: usize = 20;
-
-pub type Shared = Arc<Mutex<State>>;
-
 pub struct Metrics {
     provider: SdkMeterProvider,
     registry: prometheus::Registry,
-    state: Shared,
+    stats: Arc<ExportStats>,
 }
 
 impl Metrics {
     /// One MeterProvider for both exports: the Prometheus registry and,
     /// when OTLP push is on, its reader; so both carry the same
     /// instruments, names, units and values.
-    pub fn new(state: Shared, push: Option<otlp::SharedReader>) -> Result<Self, Error> {
+    pub fn new(
+        published: Arc<Published>,
+        stats: Arc<ExportStats>,
+        push: Option<otlp::SharedReader>,
+    ) -> Result<Self, Error> {
         let registry = prometheus::Registry::new();
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
@@ -84,29 +58,35 @@ impl Metrics {
                     .collect::<std::collections::HashSet<_>>(),
             )
             .build()
-            .map_err(|e| Error::Export(e.to_string()))?;
+            .map_err(|e| Error::Export { what: "Prometheus exporter".into(), source: e.into() })?;
         let mut builder = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment());
         if let Some(reader) = push {
             builder = builder.with_reader(reader);
         }
         let provider = builder.build();
-        register(&provider.meter("observer"), state.clone());
-        Ok(Self { provider, registry, state })
+        let meter = provider.meter("observer");
+        register(&meter, &published);
+        register_ceilings(&meter, &published);
+        register_open_files(&meter, &published);
+        register_exports(&meter, &stats);
+        Ok(Self { provider, registry, stats })
     }
 
     /// The Prometheus text exposition of every instrument (one scrape).
     pub fn encode(&self) -> Result<String, Error> {
         let counted = |failed: bool| {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let c = st.exports.entry("prometheus").or_default();
-            c.attempts += 1;
-            c.failures += u64::from(failed);
+            self.stats.update("prometheus", |c| {
+                c.attempts += 1;
+                c.failures += u64::from(failed);
+            })
         };
         let mut out = Vec::new();
         let encoded = TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
-            .map_err(|e| Error::Export(e.to_string()))
-            .and_then(|()| String::from_utf8(out).map_err(|e| Error::Export(e.to_string())));
+            .map_err(|e| Error::Export { what: "encoding a scrape".into(), source: e.into() })
+            .and_then(|()| {
+                String::from_utf8(out).map_err(|e| Error::Export { what: "encoding a scrape".into(), source: e.into() })
+            });
         counted(encoded.is_err());
         encoded
     }
@@ -155,22 +135,18 @@ pub fn errno_name(errno: u32) -> String {
     if e == nix::errno::Errno::UnknownErrno { format!("errno_{errno}") } else { format!("{e:?}") }
 }
 
-/// A callback for an observable instrument: `read` gets the shared state,
-/// locked, at each collection (nothing is observed if a panic poisoned it).
+/// A callback for an observable instrument: `read` gets the latest
+/// snapshot at each collection.
 fn reading<T: 'static>(
-    state: &Shared,
-    read: impl Fn(&State, &dyn AsyncInstrument<T>) + Send + Sync + 'static,
+    published: &Arc<Published>,
+    read: impl Fn(&Snapshot, &dyn AsyncInstrument<T>) + Send + Sync + 'static,
 ) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
-    let state = state.clone();
-    move |obs| {
-        if let Ok(st) = state.lock() {
-            read(&st, obs);
-        }
-    }
+    let published = published.clone();
+    move |obs| read(&published.latest(), obs)
 }
 
-fn register(meter: &Meter, state: Shared) {
-    type ProcPick = fn(&SeriesStore) -> &std::collections::BTreeMap<series::ProcSeries, u64>;
+fn register(meter: &Meter, published: &Arc<Published>) {
+    type ProcPick = fn(&SeriesStore) -> &std::collections::BTreeMap<ProcSeries, u64>;
     let per_process: [(&str, &str, ProcPick); 3] = [
         ("observer.tcp.connects", "TCP connection attempts (SYN sent) by process", |s| &s.connects),
         ("observer.tcp.accepts", "TCP connections accepted by process", |s| &s.accepts),
@@ -183,7 +159,7 @@ fn register(meter: &Meter, state: Shared) {
             .u64_observable_counter(name)
             .with_description(description)
             .with_unit("{connection}")
-            .with_callback(reading(&state, move |st, obs| {
+            .with_callback(reading(published, move |st, obs| {
                 for (series, value) in pick(&st.series) {
                     let mut attrs = Vec::with_capacity(3);
                     who_attrs(&series.who, series.network, &mut attrs);
@@ -197,7 +173,7 @@ fn register(meter: &Meter, state: Shared) {
         .u64_observable_counter("observer.tcp.connect_errors")
         .with_description("connect() failures by process, errno (error.type) and destination")
         .with_unit("{error}")
-        .with_callback(reading(&state, move |st, obs| {
+        .with_callback(reading(published, move |st, obs| {
             for (s, value) in &st.series.connect_errors {
                 let mut attrs = Vec::with_capacity(6);
                 who_attrs(&s.who, s.network, &mut attrs);
@@ -223,7 +199,7 @@ fn register(meter: &Meter, state: Shared) {
             "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
         )
         .with_unit("{connection}")
-        .with_callback(reading(&state, move |st, obs| {
+        .with_callback(reading(published, move |st, obs| {
             for (s, value) in &st.series.listen_overflows {
                 let mut attrs = Vec::with_capacity(4);
                 who_attrs(&s.who, s.network, &mut attrs);
@@ -236,8 +212,8 @@ fn register(meter: &Meter, state: Shared) {
     meter
         .u64_observable_gauge("observer.probe.attached")
         .with_description("1 for each hook and the mode it is attached in")
-        .with_callback(reading(&state, move |st, obs| {
-            for a in &st.attachments {
+        .with_callback(reading(published, move |st, obs| {
+            for a in &st.kernel.attachments {
                 obs.observe(1, &[KeyValue::new("hook", a.hook), KeyValue::new("mode", a.mode.to_string())]);
             }
         }))
@@ -247,8 +223,8 @@ fn register(meter: &Meter, state: Shared) {
         .u64_observable_counter("observer.kernel.lost_updates")
         .with_description("Kernel-side counter updates lost because a map was full (should stay 0)")
         .with_unit("{update}")
-        .with_callback(reading(&state, move |st, obs| {
-            for (map, value) in &st.lost {
+        .with_callback(reading(published, move |st, obs| {
+            for (map, value) in &st.kernel.lost {
                 obs.observe(*value, &[KeyValue::new("map", *map)]);
             }
         }))
@@ -262,8 +238,8 @@ fn register(meter: &Meter, state: Shared) {
              kprobes and tracepoints). When not 0, counts may be short by up to this many events.",
         )
         .with_unit("{event}")
-        .with_callback(reading(&state, move |st, obs| {
-            for (hook, program, value) in &st.missed {
+        .with_callback(reading(published, move |st, obs| {
+            for (hook, program, value) in &st.kernel.missed {
                 obs.observe(*value, &[KeyValue::new("hook", *hook), KeyValue::new("program", *program)]);
             }
         }))
@@ -276,8 +252,8 @@ fn register(meter: &Meter, state: Shared) {
              collections fall behind",
         )
         .with_unit("s")
-        .with_callback(reading(&state, move |st, obs| {
-            obs.observe(st.collection_seconds, &[]);
+        .with_callback(reading(published, move |st, obs| {
+            obs.observe(st.rounds.seconds, &[]);
         }))
         .build();
 
@@ -285,12 +261,49 @@ fn register(meter: &Meter, state: Shared) {
         .u64_observable_counter("observer.collection.failures")
         .with_description("Collections that failed (logged once per streak, retried every interval)")
         .with_unit("{collection}")
-        .with_callback(reading(&state, move |st, obs| {
-            obs.observe(st.collection_failures, &[]);
+        .with_callback(reading(published, move |st, obs| {
+            obs.observe(st.rounds.failures, &[]);
         }))
         .build();
 
-    type ExportPick = fn(&otlp::ExportCounts) -> u64;
+    type FillPick = fn(&crate::collect::MapFill) -> u64;
+    let fill: [(&str, &str, FillPick); 2] = [
+        ("observer.map.entries", "Entries in each kernel map now (see observer.map.capacity)", |f| f.entries),
+        ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
+    ];
+    for (name, description, pick) in fill {
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{entry}")
+            .with_callback(reading(published, move |st, obs| {
+                for f in &st.kernel.maps {
+                    obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
+                }
+            }))
+            .build();
+    }
+    meter
+        .u64_observable_counter("observer.map.evictions")
+        .with_description(
+            "Entries an LRU map dropped to make room (at least this many): SOCK_OWNERS evictions mean \
+             TIME_WAIT entries charged to no process, INFLIGHT_CONNECTS/THREAD_CONNECTS evictions mean lost \
+             connect() errors; raise --max-sockets when SOCK_OWNERS evicts",
+        )
+        .with_unit("{entry}")
+        .with_callback(reading(published, move |st, obs| {
+            for f in &st.kernel.maps {
+                if let Some(evictions) = f.evictions {
+                    obs.observe(evictions, &[KeyValue::new("map", f.map)]);
+                }
+            }
+        }))
+        .build();
+}
+
+/// The exporters' own counts.
+fn register_exports(meter: &Meter, stats: &Arc<ExportStats>) {
+    type ExportPick = fn(&ExportCounts) -> u64;
     let exports: [(&str, &str, &str, ExportPick); 3] = [
         (
             "observer.export.attempts",
@@ -317,8 +330,8 @@ fn register(meter: &Meter, state: Shared) {
             .u64_observable_counter(name)
             .with_description(description)
             .with_unit(unit)
-            .with_callback(reading(&state, move |st, obs| {
-                for (exporter, counts) in &st.exports {
+            .with_callback(counting(stats, move |all, obs| {
+                for (exporter, counts) in all {
                     obs.observe(pick(counts), &[KeyValue::new("exporter", *exporter)]);
                 }
             }))
@@ -329,55 +342,30 @@ fn register(meter: &Meter, state: Shared) {
         .u64_observable_gauge("observer.export.pending_batches")
         .with_description("OTLP batches waiting to be sent (1 at most with cumulative temporality)")
         .with_unit("{batch}")
-        .with_callback(reading(&state, move |st, obs| {
-            for (exporter, counts) in st.exports.iter().filter(|(e, _)| **e == "otlp") {
+        .with_callback(counting(stats, move |all, obs| {
+            for (exporter, counts) in all.iter().filter(|(e, _)| **e == "otlp") {
                 obs.observe(counts.pending, &[KeyValue::new("exporter", *exporter)]);
-            }
-        }))
-        .build();
-
-    register_ceilings(meter, &state);
-    register_open_files(meter, &state);
-
-    type FillPick = fn(&crate::collect::MapFill) -> u64;
-    let fill: [(&str, &str, FillPick); 2] = [
-        ("observer.map.entries", "Entries in each kernel map now (see observer.map.capacity)", |f| f.entries),
-        ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
-    ];
-    for (name, description, pick) in fill {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit("{entry}")
-            .with_callback(reading(&state, move |st, obs| {
-                for f in &st.map_fill {
-                    obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
-                }
-            }))
-            .build();
-    }
-    meter
-        .u64_observable_counter("observer.map.evictions")
-        .with_description(
-            "Entries an LRU map dropped to make room (at least this many): SOCK_OWNERS evictions mean \
-             TIME_WAIT entries charged to no process, INFLIGHT_CONNECTS/THREAD_CONNECTS evictions mean lost \
-             connect() errors; raise --max-sockets when SOCK_OWNERS evicts",
-        )
-        .with_unit("{entry}")
-        .with_callback(reading(&state, move |st, obs| {
-            for f in &st.map_fill {
-                if let Some(evictions) = f.evictions {
-                    obs.observe(evictions, &[KeyValue::new("map", f.map)]);
-                }
             }
         }))
         .build();
 }
 
+/// A callback for an observable instrument on the exporters' counts.
+fn counting(
+    stats: &Arc<ExportStats>,
+    read: impl Fn(&std::collections::BTreeMap<&'static str, ExportCounts>, &dyn AsyncInstrument<u64>)
+    + Send
+    + Sync
+    + 'static,
+) -> impl Fn(&dyn AsyncInstrument<u64>) + Send + Sync + 'static {
+    let stats = stats.clone();
+    move |obs| read(&stats.all(), obs)
+}
+
 /// Each process's open files against its RLIMIT_NOFILE (the processes
 /// with series: those that connect, accept or listen).
-fn register_open_files(meter: &Meter, state: &Shared) {
-    type Pick = fn(&crate::ceilings::files::OpenFiles) -> u64;
+fn register_open_files(meter: &Meter, published: &Arc<Published>) {
+    type Pick = fn(&crate::node::files::OpenFiles) -> u64;
     let gauges: [(&str, &str, Pick); 2] = [
         (
             "observer.process.open_files",
@@ -392,9 +380,9 @@ fn register_open_files(meter: &Meter, state: &Shared) {
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit("{file}")
-            .with_callback(reading(state, move |st, obs| {
+            .with_callback(reading(published, move |st, obs| {
                 let mut attrs = Vec::with_capacity(7);
-                for (who, files) in &st.open_files {
+                for (who, files) in &st.node.open_files {
                     attrs.clear();
                     process_attrs(who, &mut attrs);
                     obs.observe(pick(files), &attrs);
@@ -405,7 +393,7 @@ fn register_open_files(meter: &Meter, state: &Shared) {
 }
 
 /// A destination of a namespace's ephemeral ports.
-fn destination_attrs(netns: &str, d: &crate::ceilings::usage::Destination) -> [KeyValue; 4] {
+fn destination_attrs(netns: &str, d: &crate::node::usage::Destination) -> [KeyValue; 4] {
     [
         KeyValue::new("network_namespace", netns.to_string()),
         KeyValue::new("source.address", d.source.to_string()),
@@ -416,7 +404,7 @@ fn destination_attrs(netns: &str, d: &crate::ceilings::usage::Destination) -> [K
 
 /// Ceilings next to usage, per network namespace (`network_namespace`:
 /// "host" or the namespace's inode number).
-fn register_ceilings(meter: &Meter, state: &Shared) {
+fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
     meter
         .u64_observable_gauge("observer.ephemeral_ports.used")
         .with_description(
@@ -425,9 +413,9 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
              observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
         )
         .with_unit("{port}")
-        .with_callback(reading(state, move |st, obs| {
-            for (netns, u) in &st.ceilings {
-                for d in u.destinations.iter().take(TOP_DESTINATIONS) {
+        .with_callback(reading(published, move |st, obs| {
+            for (netns, u) in &st.node.namespaces {
+                for d in &u.destinations {
                     obs.observe(d.used.into(), &destination_attrs(netns, d));
                 }
             }
@@ -440,16 +428,16 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
              minute (0: exhausted); only for destinations whose use is growing",
         )
         .with_unit("s")
-        .with_callback(reading(state, move |st, obs| {
-            for (netns, u) in &st.ceilings {
-                for d in u.destinations.iter().take(TOP_DESTINATIONS) {
+        .with_callback(reading(published, move |st, obs| {
+            for (netns, u) in &st.node.namespaces {
+                for d in &u.destinations {
                     let Some(seconds) = d.exhaustion_seconds else { continue };
                     obs.observe(seconds, &destination_attrs(netns, d));
                 }
             }
         }))
         .build();
-    type NetnsPick = fn(&crate::ceilings::usage::NetnsUsage) -> u64;
+    type NetnsPick = fn(&crate::node::usage::NetnsUsage) -> u64;
     let per_netns: [(&str, &str, &str, NetnsPick); 3] = [
         (
             "observer.ephemeral_ports.limit",
@@ -470,14 +458,14 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit(unit)
-            .with_callback(reading(state, move |st, obs| {
-                for (netns, u) in &st.ceilings {
+            .with_callback(reading(published, move |st, obs| {
+                for (netns, u) in &st.node.namespaces {
                     obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
                 }
             }))
             .build();
     }
-    type QueuePick = fn(&crate::collect::sock_diag::Listener) -> u64;
+    type QueuePick = fn(&crate::node::sock_diag::Listener) -> u64;
     let queues: [(&str, &str, QueuePick); 2] = [
         ("observer.listen_queue.length", "Connections waiting in a listener's accept queue (ss -lnt Recv-Q)", |q| {
             q.queued.into()
@@ -491,15 +479,16 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             .u64_observable_gauge(name)
             .with_description(description)
             .with_unit("{connection}")
-            .with_callback(reading(state, move |st, obs| {
+            .with_callback(reading(published, move |st, obs| {
                 let mut attrs = Vec::with_capacity(10);
-                for (netns, q) in &st.listeners {
+                for gauge in &st.node.listeners {
+                    let q = &gauge.listener;
                     attrs.clear();
-                    attrs.push(KeyValue::new("network_namespace", netns.clone()));
+                    attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
                     attrs.push(KeyValue::new("server.address", q.address.to_string()));
                     attrs.push(KeyValue::new("server.port", i64::from(q.port)));
                     // The process that listens (and its pod), when known.
-                    if let Some(owner) = st.listener_owners.get(&q.cookie) {
+                    if let Some(owner) = &gauge.owner {
                         process_attrs(owner, &mut attrs);
                     }
                     obs.observe(pick(q), &attrs);
@@ -513,8 +502,8 @@ fn register_ceilings(meter: &Meter, state: &Shared) {
             "The namespace's settings that bound connections: ip_local_port_range_low/high, tcp_fin_timeout, \
              tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets",
         )
-        .with_callback(reading(state, move |st, obs| {
-            for (netns, u) in &st.ceilings {
+        .with_callback(reading(published, move |st, obs| {
+            for (netns, u) in &st.node.namespaces {
                 let s = &u.settings;
                 for (setting, value) in [
                     ("ip_local_port_range_low", u32::from(s.ip_local_port_range.0)),

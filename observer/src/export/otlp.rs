@@ -27,8 +27,8 @@ use opentelemetry_sdk::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::Shared;
-use crate::error::Error;
+use super::ExportStats;
+use crate::error::{Cause, Error};
 
 /// Delta batches kept while the collector is unreachable (one per
 /// interval: 30 minutes at the default 1 m); older ones are dropped and
@@ -129,23 +129,26 @@ impl OtlpConfig {
     }
 
     fn exporter(&self) -> Result<MetricExporter, Error> {
-        let bad = |what: String| Error::Export(format!("OTLP exporter for {}: {what}", self.target()));
+        let target = self.target();
+        let bad =
+            |what: String, source: Cause| Error::Export { what: format!("OTLP exporter for {target}: {what}"), source };
         let https = self.endpoint.scheme() == "https";
         // rustls needs one process-wide crypto provider; we build with ring
         // only. Err means one is installed already, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let ca = match &self.certificate {
             Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| bad(format!("CA certificate {}: {e}", path.display())))?;
+                let pem =
+                    std::fs::read(path).map_err(|e| bad(format!("CA certificate {}", path.display()), e.into()))?;
                 // Both TLS stacks skip what they cannot parse: a file
                 // without one certificate would silently trust nothing.
                 use rustls::pki_types::{CertificateDer, pem::PemObject as _};
                 let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>();
                 if !certs.is_ok_and(|c| !c.is_empty()) {
-                    return Err(bad(format!(
-                        "CA certificate {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
-                        path.display()
-                    )));
+                    return Err(bad(
+                        format!("CA certificate {}", path.display()),
+                        Error::because("no PEM certificate (-----BEGIN CERTIFICATE-----) in it"),
+                    ));
                 }
                 info!(certificate = %path.display(), https, "OTLP: trusting this CA besides the system's");
                 Some(pem)
@@ -157,8 +160,10 @@ impl OtlpConfig {
                 let mut metadata = tonic::metadata::MetadataMap::new();
                 for (key, value) in &self.headers {
                     let key = tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-                        .map_err(|e| bad(format!("header name `{key}`: {e}")))?;
-                    let value = value.parse().map_err(|e| bad(format!("header `{key}` value: {e}")))?;
+                        .map_err(|e| bad(format!("header name `{key}`"), e.into()))?;
+                    let value = value.parse().map_err(|e: tonic::metadata::errors::InvalidMetadataValue| {
+                        bad(format!("header `{key}` value"), e.into())
+                    })?;
                     metadata.insert(key, value);
                 }
                 let mut builder = MetricExporter::builder()
@@ -179,11 +184,11 @@ impl OtlpConfig {
                 let mut client = reqwest::Client::builder().timeout(self.timeout);
                 if let Some(pem) = &ca {
                     let cert = reqwest::Certificate::from_pem(pem).map_err(|e| {
-                        bad(format!("CA certificate {}: {e}", self.certificate.as_ref().unwrap().display()))
+                        bad(format!("CA certificate {}", self.certificate.as_ref().unwrap().display()), e.into())
                     })?;
                     client = client.tls_certs_merge([cert]);
                 }
-                let client = client.build().map_err(|e| bad(format!("HTTP client: {e}")))?;
+                let client = client.build().map_err(|e| bad("HTTP client".into(), e.into()))?;
                 MetricExporter::builder()
                     .with_http()
                     .with_http_client(client)
@@ -195,7 +200,7 @@ impl OtlpConfig {
                     .build()
             }
         };
-        built.map_err(|e| bad(e.to_string()))
+        built.map_err(|e| bad("building it".into(), e.into()))
     }
 }
 
@@ -221,22 +226,11 @@ impl MetricReader for SharedReader {
     }
 }
 
-/// Export counters shown as `observer_export_*{exporter}`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ExportCounts {
-    pub attempts: u64,
-    pub failures: u64,
-    /// Batches waiting to be sent (OTLP only).
-    pub pending: u64,
-    /// Delta batches dropped because `MAX_PENDING` were waiting.
-    pub dropped: u64,
-}
-
 pub struct Pusher {
     config: OtlpConfig,
     reader: SharedReader,
     exporter: MetricExporter,
-    state: Option<Shared>,
+    stats: Option<Arc<ExportStats>>,
     pending: VecDeque<ResourceMetrics>,
     /// Set while failing: when the streak began and its failed attempts.
     streak: Option<(Instant, u64)>,
@@ -248,14 +242,14 @@ impl Pusher {
     /// Must run inside the tokio runtime (tonic's channel is bound to it).
     pub fn new(config: OtlpConfig, reader: SharedReader) -> Result<Self, Error> {
         let exporter = config.exporter()?;
-        Ok(Self { config, reader, exporter, state: None, pending: VecDeque::new(), streak: None, skip: 0 })
+        Ok(Self { config, reader, exporter, stats: None, pending: VecDeque::new(), streak: None, skip: 0 })
     }
 
     /// Push every interval until `stop` changes, then push once more (the
     /// counts since the last push), bounded by `FINAL_EXPORT`.
-    /// Its counts go to `state` (observer_export_*).
-    pub async fn run(mut self, state: Shared, mut stop: watch::Receiver<bool>) {
-        self.state = Some(state);
+    /// Its counts go to `stats` (observer_export_*).
+    pub async fn run(mut self, stats: Arc<ExportStats>, mut stop: watch::Receiver<bool>) {
+        self.stats = Some(stats);
         info!(
             endpoint = %self.config.target(),
             protocol = %self.config.protocol,
@@ -367,9 +361,9 @@ impl Pusher {
         self.skip = (1u64 << (failures - 1).min(20)).min(most) - 1;
     }
 
-    fn update_counts(&self, f: impl FnOnce(&mut ExportCounts)) {
-        let Some(state) = &self.state else { return };
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        f(st.exports.entry("otlp").or_default());
+    fn update_counts(&self, f: impl FnOnce(&mut super::ExportCounts)) {
+        if let Some(stats) = &self.stats {
+            stats.update("otlp", f);
+        }
     }
 }

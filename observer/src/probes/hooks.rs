@@ -11,10 +11,10 @@ use aya::{
     Btf, Ebpf,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
-use observer_common::Config;
+use observer_common::{Config, names::programs};
 
-use super::{AttachMode, error_chain, write_config};
-use crate::error::Error;
+use super::{AttachMode, write_config};
+use crate::error::{Error, report as error_chain};
 
 /// How a hook ended up attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -177,8 +177,8 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: "tcp_connect",
         ways: &[
-            Way::Fentry { prog: "tcp_connect_fentry", function: "tcp_connect", twin: None },
-            Way::Kprobe { prog: "tcp_connect_kprobe", function: "tcp_connect", flag: None },
+            Way::Fentry { prog: programs::TCP_CONNECT_FENTRY, function: "tcp_connect", twin: None },
+            Way::Kprobe { prog: programs::TCP_CONNECT_KPROBE, function: "tcp_connect", flag: None },
             Way::SharedTracepoint {
                 flag: Flag::ConnectsFromSyscall,
                 mode: Mode::Tracepoint,
@@ -193,29 +193,29 @@ pub static HOOKS: &[Hook] = &[
         name: "inet_stream_connect",
         ways: &[
             Way::FentryFexit {
-                entry: "connect_call_fentry",
-                exit: "connect_call_fexit",
+                entry: programs::CONNECT_CALL_FENTRY,
+                exit: programs::CONNECT_CALL_FEXIT,
                 function: "inet_stream_connect",
             },
             Way::KprobeKretprobe {
-                entry: "connect_call_kprobe",
-                exit: "connect_call_kretprobe",
+                entry: programs::CONNECT_CALL_KPROBE,
+                exit: programs::CONNECT_CALL_KRETPROBE,
                 function: "inet_stream_connect",
             },
             Way::Tracepoints(&[
-                ("connect_enter", "syscalls", "sys_enter_connect"),
-                ("connect_exit", "syscalls", "sys_exit_connect"),
+                (programs::CONNECT_ENTER, "syscalls", "sys_enter_connect"),
+                (programs::CONNECT_EXIT, "syscalls", "sys_exit_connect"),
             ]),
         ],
     },
     Hook {
         name: "inet_csk_accept",
         ways: &[
-            Way::Fexit { prog: "inet_csk_accept_fexit", function: "inet_csk_accept" },
-            Way::Kretprobe { prog: "inet_csk_accept_kretprobe", function: "inet_csk_accept" },
+            Way::Fexit { prog: programs::INET_CSK_ACCEPT_FEXIT, function: "inet_csk_accept" },
+            Way::Kretprobe { prog: programs::INET_CSK_ACCEPT_KRETPROBE, function: "inet_csk_accept" },
             Way::Tracepoints(&[
-                ("accept4_exit", "syscalls", "sys_exit_accept4"),
-                ("accept_exit", "syscalls", "sys_exit_accept"),
+                (programs::ACCEPT4_EXIT, "syscalls", "sys_exit_accept4"),
+                (programs::ACCEPT_EXIT, "syscalls", "sys_exit_accept"),
             ]),
         ],
     },
@@ -223,16 +223,16 @@ pub static HOOKS: &[Hook] = &[
         name: "tcp_time_wait",
         ways: &[
             Way::Fentry {
-                prog: "tcp_time_wait_fentry",
+                prog: programs::TCP_TIME_WAIT_FENTRY,
                 function: "tcp_time_wait",
-                twin: Some("tcp_time_wait_fentry_twin"),
+                twin: Some(programs::TCP_TIME_WAIT_FENTRY_TWIN),
             },
             // kprobes share one per-CPU busy flag with tracepoint programs,
             // so a softirq-time tcp_time_wait is skipped while any of them
             // runs (silently before Linux 6.7); `sock_state` (tp_btf, not
             // subject to that flag) counts as its twin.
             Way::Kprobe {
-                prog: "tcp_time_wait_kprobe",
+                prog: programs::TCP_TIME_WAIT_KPROBE,
                 function: "tcp_time_wait",
                 flag: Some(Flag::TimeWaitFromState),
             },
@@ -240,7 +240,7 @@ pub static HOOKS: &[Hook] = &[
                 flag: Flag::TimeWaitFromState,
                 mode: Mode::BtfTracepoint,
                 via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error, in sock_state",
-                twin: Some(BtfTwin { prog: "time_wait_twin", event: "inet_sock_set_state" }),
+                twin: Some(BtfTwin { prog: programs::TIME_WAIT_TWIN, event: "inet_sock_set_state" }),
             },
         ],
     },
@@ -251,9 +251,12 @@ pub static HOOKS: &[Hook] = &[
 static ALWAYS: &[Hook] = &[
     Hook {
         name: "inet_sock_set_state",
-        ways: &[Way::BtfTracepoint { prog: "sock_state", event: "inet_sock_set_state" }],
+        ways: &[Way::BtfTracepoint { prog: programs::SOCK_STATE, event: "inet_sock_set_state" }],
     },
-    Hook { name: "sched_process_exit", ways: &[Way::Tracepoints(&[("process_exit", "sched", "sched_process_exit")])] },
+    Hook {
+        name: "sched_process_exit",
+        ways: &[Way::Tracepoints(&[(programs::PROCESS_EXIT, "sched", "sched_process_exit")])],
+    },
 ];
 
 pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
@@ -423,6 +426,18 @@ mod tests {
             assert!(hook.ways.iter().any(|w| w.allowed_in(AttachMode::Fentry)), "{}", hook.name);
             assert!(hook.ways.iter().any(|w| w.allowed_in(AttachMode::Kprobe)), "{}", hook.name);
         }
+    }
+
+    /// The table and observer-common's list of programs (which the bench
+    /// reads) name the same programs.
+    #[test]
+    fn the_table_attaches_every_program_of_the_object() {
+        let mut in_table: Vec<&str> = HOOKS.iter().chain(ALWAYS).flat_map(|h| h.ways).flat_map(Way::programs).collect();
+        in_table.sort();
+        in_table.dedup();
+        let mut all = programs::ALL.to_vec();
+        all.sort();
+        assert_eq!(in_table, all);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use aya::{
     maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
 };
 pub use hooks::{Attachment, HOOKS, Hook};
-use observer_common::{Config, capacity};
+use observer_common::{Config, capacity, names::maps};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
@@ -74,13 +74,13 @@ impl Probes {
         raise_memlock_rlimit();
         let kernel_offsets = offsets::resolve(&offsets::load_btf(btf_path)?)?;
         let btf = Btf::parse_file(btf_path, aya::Endianness::default())
-            .map_err(|e| Error::Btf(format!("{}: {e}", btf_path.display())))?;
+            .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
-            .override_global("OFFSETS", &kernel_offsets, true)
-            .map_max_entries("SOCK_OWNERS", max_sockets)
+            .override_global(maps::OFFSETS, &kernel_offsets, true)
+            .map_max_entries(maps::SOCK_OWNERS, max_sockets)
             .load(EBPF_OBJECT)
-            .map_err(|e| Error::Load(error_chain(&e)))?;
+            .map_err(|e| Error::Load(e.into()))?;
 
         let attachments = hooks::attach_all(&mut ebpf, &btf, mode)?;
         for a in &attachments {
@@ -90,7 +90,8 @@ impl Probes {
             .iter()
             .flat_map(|a| a.programs.iter().map(move |p| (a.hook, *p)))
             .map(|(hook, program)| {
-                ProgramHandle::open(&ebpf, hook, program).map_err(|reason| Error::Load(format!("{program}: {reason}")))
+                ProgramHandle::open(&ebpf, hook, program)
+                    .map_err(|reason| Error::Load(format!("{program}: {reason}").into()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let maps = take_maps(&mut ebpf, max_sockets)?;
@@ -110,20 +111,20 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
         ebpf: &mut Ebpf,
         name: &'static str,
     ) -> Result<T, Error> {
-        let map = ebpf.take_map(name).ok_or(Error::Map { map: name, reason: "not in the object".into() })?;
-        T::try_from(map).map_err(|e| Error::Map { map: name, reason: e.to_string() })
+        let map = ebpf.take_map(name).ok_or(Error::Map { map: name, source: Error::because("not in the object") })?;
+        T::try_from(map).map_err(|e| Error::Map { map: name, source: e.into() })
     }
     Ok(KernelMaps {
-        proc_counters: take::<PerCpuHashMap<_, _, _>>(ebpf, "PROC_COUNTERS")?,
-        connect_errors: take::<PerCpuHashMap<_, _, _>>(ebpf, "CONNECT_ERRORS")?,
-        listeners: take::<AyaHashMap<_, _, _>>(ebpf, "LISTENERS")?,
-        exited: take::<AyaHashMap<_, _, _>>(ebpf, "EXITED")?,
-        lost: take::<PerCpuArray<_, _>>(ebpf, "LOST")?,
+        proc_counters: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::PROC_COUNTERS)?,
+        connect_errors: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::CONNECT_ERRORS)?,
+        listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
+        exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,
+        lost: take::<PerCpuArray<_, _>>(ebpf, maps::LOST)?,
         lru: LruMaps {
-            sock_owners: take::<AyaHashMap<_, _, _>>(ebpf, "SOCK_OWNERS")?,
-            inflight_connects: take::<AyaHashMap<_, _, _>>(ebpf, "INFLIGHT_CONNECTS")?,
-            thread_connects: take::<AyaHashMap<_, _, _>>(ebpf, "THREAD_CONNECTS")?,
-            churn: take::<PerCpuArray<_, _>>(ebpf, "LRU_CHURN")?,
+            sock_owners: take::<AyaHashMap<_, _, _>>(ebpf, maps::SOCK_OWNERS)?,
+            inflight_connects: take::<AyaHashMap<_, _, _>>(ebpf, maps::INFLIGHT_CONNECTS)?,
+            thread_connects: take::<AyaHashMap<_, _, _>>(ebpf, maps::THREAD_CONNECTS)?,
+            churn: take::<PerCpuArray<_, _>>(ebpf, maps::LRU_CHURN)?,
             capacities: [max_sockets, capacity::LISTENERS, capacity::INFLIGHT_CONNECTS, capacity::THREAD_CONNECTS],
         },
     })
@@ -131,21 +132,10 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
 
 /// Tell the shared tracepoint programs which fallbacks are in use.
 pub(crate) fn write_config(ebpf: &mut Ebpf, config: Config) -> Result<(), Error> {
-    let map = ebpf.map_mut("CONFIG").ok_or(Error::Map { map: "CONFIG", reason: "not in the object".into() })?;
+    let map = ebpf
+        .map_mut(maps::CONFIG)
+        .ok_or(Error::Map { map: maps::CONFIG, source: Error::because("not in the object") })?;
     let mut array: Array<_, Config> =
-        Array::try_from(map).map_err(|e| Error::Map { map: "CONFIG", reason: e.to_string() })?;
-    array.set(0, config, 0).map_err(|e| Error::Map { map: "CONFIG", reason: e.to_string() })
-}
-
-/// An error with its causes, on one line (aya's errors nest the errno and
-/// the verifier log as sources).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
+        Array::try_from(map).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
+    array.set(0, config, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })
 }

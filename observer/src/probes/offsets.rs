@@ -17,7 +17,7 @@ pub fn load_btf(path: &Path) -> Result<Btf, Error> {
     if !path.exists() {
         return Err(Error::NoBtf { path: path.to_owned() });
     }
-    Btf::from_file(path).map_err(|e| Error::Btf(format!("cannot parse {}: {e}", path.display())))
+    Btf::from_file(path).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
 }
 
 pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
@@ -66,7 +66,7 @@ struct Resolver<'a> {
 impl Resolver<'_> {
     /// Byte offset of `path` (members separated by '.') inside `struct_name`.
     fn offset(&self, struct_name: &str, path: &str) -> Result<u32, Error> {
-        let missing = |what: &str| Error::Btf(format!("struct {struct_name}: {what} (field path {path})"));
+        let missing = |what: &str| Error::BtfLayout(format!("struct {struct_name}: {what} (field path {path})"));
         let mut current = self.struct_named(struct_name).ok_or_else(|| missing("struct not found in BTF"))?;
         let mut bits = 0u32;
         let fields: Vec<&str> = path.split('.').collect();

@@ -37,8 +37,10 @@ use std::{
 };
 
 use observer::{
-    collect::{Collector, ListenerDrops},
+    collect::ListenerDrops,
+    daemon::RunConfig,
     probes::{AttachMode, Probes},
+    round::Rounds,
 };
 use observer_common::{ConnectErrorKey, ProcCounters};
 
@@ -216,10 +218,11 @@ impl ClientReport {
 }
 
 /// observer's probes, loaded and attached for real, and everything they
-/// counted since, summed over collections.
+/// counted since, summed over rounds: the daemon's own rounds (node sweep,
+/// kernel maps, series), with a grace of an hour.
 pub struct Observer {
     pub probes: Probes,
-    collector: Collector,
+    rounds: Rounds,
     procs: HashMap<(u32, u16), ProcCounters>,
     errors: HashMap<ConnectErrorKey, u64>,
     drops: Vec<ListenerDrops>,
@@ -239,15 +242,15 @@ pub fn test_mode() -> AttachMode {
 impl Observer {
     pub fn start() -> Self {
         let (probes, maps) = Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {e}"));
-        let attributor = observer::attribution::Attributor::new("/proc".as_ref(), None, "/var/log/pods".into());
-        let mut collector = Collector::new(maps, "/proc".into(), attributor);
-        // The first collection sets the listener baseline, as the daemon's does.
-        collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();
-        Self { probes, collector, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }
+        let settings = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() }.round_settings();
+        let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), settings);
+        // The first round sets the listener baseline, as the daemon's does.
+        rounds.run(Instant::now()).unwrap();
+        Self { probes, rounds, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }
     }
 
     pub fn collect(&mut self) {
-        let d = self.collector.collect(Instant::now(), Duration::from_secs(3600)).unwrap();
+        let d = self.rounds.run(Instant::now()).unwrap().deltas;
         for (key, delta) in d.procs {
             let e = self.procs.entry((key.actor.tgid, key.family)).or_default();
             e.connects += delta.connects;
@@ -277,7 +280,7 @@ impl Observer {
                 k.actor.tgid == pid
                     && k.errno == errno
                     && k.dport == dest.port()
-                    && observer::export::series::dest_addr(k) == dest.ip()
+                    && observer::series::dest_addr(k) == dest.ip()
             })
             .map(|(_, n)| n)
             .sum()

@@ -11,12 +11,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::usage::NetnsUsage;
+use super::NodeReading;
 
 /// How far back the rate looks.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-type Key = (String, IpAddr, SocketAddr);
+/// Destinations per namespace that are followed over time and exported:
+/// the closest to exhaustion (the sweep sorts them by use).
+pub const TOP_DESTINATIONS: usize = 20;
+
+type Key = (u32, IpAddr, SocketAddr);
 
 /// Recent use of the destinations each sweep reports (the most used of
 /// each namespace; others are forgotten, which bounds the memory).
@@ -26,15 +30,16 @@ pub struct PortTrend {
 }
 
 impl PortTrend {
-    /// Record this sweep (taken at `now`) and set each destination's
-    /// `exhaustion_seconds`, for the first `top` destinations of each
-    /// namespace.
-    pub fn update(&mut self, now: Instant, sweep: &mut [(String, NetnsUsage)], top: usize) {
+    /// Keep the `TOP_DESTINATIONS` of each namespace of this sweep (taken
+    /// at `now`), record them and set their `exhaustion_seconds`.
+    pub fn update(&mut self, now: Instant, sweep: &mut NodeReading) {
         let mut seen = BTreeMap::new();
-        for (netns, usage) in sweep.iter_mut() {
+        for netns in &mut sweep.namespaces {
+            let Some(usage) = &mut netns.usage else { continue };
+            usage.destinations.truncate(TOP_DESTINATIONS);
             let limit = usage.settings.ephemeral_ports();
-            for d in usage.destinations.iter_mut().take(top) {
-                let key = (netns.clone(), d.source, d.destination);
+            for d in &mut usage.destinations {
+                let key = (netns.inode, d.source, d.destination);
                 let mut samples = self.samples.remove(&key).unwrap_or_default();
                 while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {
                     samples.pop_front();

@@ -1,5 +1,5 @@
-//! The exported series: cumulative totals per label set, with bounded
-//! cardinality.
+//! The series: cumulative totals per label set, with bounded cardinality,
+//! and the one place that decides who a count (or a gauge) is charged to.
 //!
 //! Bounds: at most `max_processes` distinct processes and
 //! `max_destinations` distinct destinations get their own labels; later
@@ -16,8 +16,8 @@ use std::{
 use observer_common::{AF_INET6, Actor, ConnectErrorKey};
 
 use crate::{
-    attribution::PodLabels,
-    collect::{Deltas, PodKey, pod_key},
+    attribution::{PodKey, PodLabels, pod_key},
+    collect::Deltas,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -26,10 +26,15 @@ pub struct Limits {
     pub max_destinations: usize,
 }
 
+impl Limits {
+    /// The defaults of `--max-processes` and `--max-destinations`: under
+    /// the OTel SDK's default cardinality limit (2000 per metric).
+    pub const DEFAULT: Self = Self { max_processes: 200, max_destinations: 100 };
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        // Under the OTel SDK's default cardinality limit (2000 per metric).
-        Self { max_processes: 200, max_destinations: 100 }
+        Self::DEFAULT
     }
 }
 
@@ -91,12 +96,20 @@ pub struct OverflowSeries {
     pub port: u16,
 }
 
-#[derive(Default)]
+/// A process with series of its own.
+#[derive(Clone, Debug)]
+struct Process {
+    /// The pod labels it got when first seen (kept, so a process's series
+    /// never change labels).
+    pod: Option<Arc<PodLabels>>,
+    /// Its executable name as last seen (what its gauges show).
+    name: String,
+}
+
+#[derive(Clone, Default)]
 pub struct SeriesStore {
     limits: Limits,
-    /// Processes with their own series, and the pod labels they got when
-    /// first seen (kept, so a process's series never change labels).
-    processes: BTreeMap<PodKey, Option<Arc<PodLabels>>>,
+    processes: BTreeMap<PodKey, Process>,
     destinations: BTreeSet<Dest>,
     pub connects: BTreeMap<ProcSeries, u64>,
     pub accepts: BTreeMap<ProcSeries, u64>,
@@ -104,6 +117,9 @@ pub struct SeriesStore {
     pub connect_errors: BTreeMap<ErrorSeries, u64>,
     pub listen_overflows: BTreeMap<OverflowSeries, u64>,
 }
+
+/// Pod labels by actor, as a round resolved them (None: a host process).
+pub type Pods = std::collections::HashMap<PodKey, Option<Arc<PodLabels>>>;
 
 /// The executable name to show for an actor; tgid 0 means the socket's
 /// owner is unknown (it was opened before observer started).
@@ -129,18 +145,30 @@ impl SeriesStore {
         Self { limits, ..Default::default() }
     }
 
-    fn who(&mut self, actor: &Actor, pods: &std::collections::HashMap<PodKey, Option<Arc<PodLabels>>>) -> Who {
-        let (pid, key) = (actor.tgid, pod_key(actor));
-        if let Some(pod) = self.processes.get(&key) {
-            return Who::Process { pid, name: name_of(actor), pod: pod.clone() };
+    /// Who `actor`'s counts are charged to: its own series while there is
+    /// room under `max_processes` (with the pod labels of `pods`, kept from
+    /// then on), else `other`.
+    fn who(&mut self, actor: &Actor, pods: &Pods) -> Who {
+        let (pid, key, name) = (actor.tgid, pod_key(actor), name_of(actor));
+        if let Some(process) = self.processes.get_mut(&key) {
+            process.name.clone_from(&name);
+            return Who::Process { pid, name, pod: process.pod.clone() };
         }
         if self.processes.len() < self.limits.max_processes {
             let pod = pods.get(&key).cloned().flatten();
-            self.processes.insert(key, pod.clone());
-            Who::Process { pid, name: name_of(actor), pod }
+            self.processes.insert(key, Process { pod: pod.clone(), name: name.clone() });
+            Who::Process { pid, name, pod }
         } else {
             Who::Other
         }
+    }
+
+    /// Who a gauge of `actor` (a listener's owner) names, under the same
+    /// cap and labels as its counters; None while the pod labels of a
+    /// process not seen before are still being looked up.
+    pub fn owner(&mut self, actor: &Actor, pods: &Pods) -> Option<Who> {
+        let key = pod_key(actor);
+        (self.processes.contains_key(&key) || pods.contains_key(&key)).then(|| self.who(actor, pods))
     }
 
     fn dest(&mut self, addr: IpAddr, port: u16) -> Dest {
@@ -153,10 +181,15 @@ impl SeriesStore {
         }
     }
 
-    /// The processes that have their own series, with their pod labels.
-    /// (pid 0, the sockets of unknown owner, is not a process: left out.)
-    pub fn processes(&self) -> impl Iterator<Item = (u32, Option<Arc<PodLabels>>)> + '_ {
-        self.processes.iter().filter(|((pid, _), _)| *pid != 0).map(|((pid, _), pod)| (*pid, pod.clone()))
+    /// The processes that have their own series, as their series name
+    /// them. (pid 0, the sockets of unknown owner, is not a process: left
+    /// out.)
+    pub fn processes(&self) -> impl Iterator<Item = Who> + '_ {
+        self.processes.iter().filter(|((pid, _), _)| *pid != 0).map(|((pid, _), p)| Who::Process {
+            pid: *pid,
+            name: p.name.clone(),
+            pod: p.pod.clone(),
+        })
     }
 
     pub fn apply(&mut self, deltas: &Deltas) {

@@ -1,14 +1,13 @@
-//! Listening sockets and their drop counters, through NETLINK_SOCK_DIAG.
+//! TCP sockets through NETLINK_SOCK_DIAG: the listeners with their drop
+//! counters and accept queues, and every socket for the ceilings.
 //!
 //! A listener's `sk_drops` (what `ss -tlnm` prints as `d<N>`) counts every
 //! connection dropped because its accept queue (or SYN queue) was full; the
 //! kernel bumps it together with TcpExtListenDrops/ListenOverflows on both
 //! the SYN path and the 3rd-ACK path. sock_diag answers for the network
-//! namespace of the socket it is asked on, so `in_each_namespace` enters
-//! each namespace from a dedicated thread (the daemon's sweep does so once
-//! per interval, see ceilings::sweep). The ceilings use the same dump for
-//! every TCP socket.
-use std::{collections::BTreeMap, fs::File, io, os::fd::AsFd, path::PathBuf};
+//! namespace of the socket it is asked on: call these from a thread inside
+//! that namespace (`netns::in_each_namespace`).
+use std::io;
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, Parseable};
 use netlink_packet_sock_diag::{
@@ -16,7 +15,6 @@ use netlink_packet_sock_diag::{
     inet::{ExtensionFlags, InetResponse, StateFlags, nlas::Nla},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
-use nix::sched::{CloneFlags, setns};
 
 /// One listening socket as sock_diag reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,60 +155,4 @@ fn compat_request(states: StateFlags, extensions: ExtensionFlags) -> [u8; 76] {
     req[19] = extensions.bits();
     req[68..72].copy_from_slice(&states.bits().to_ne_bytes());
     req
-}
-
-/// Network namespaces of this host: every process's and every `ip netns`
-/// bind mount, by inode, each with one path that opens it.
-pub fn namespaces(proc_root: &std::path::Path) -> BTreeMap<u32, PathBuf> {
-    let mut found = BTreeMap::new();
-    let mut add = |path: PathBuf| {
-        if let Ok(meta) = std::fs::metadata(&path) {
-            use std::os::unix::fs::MetadataExt;
-            found.entry(meta.ino() as u32).or_insert(path);
-        }
-    };
-    if let Ok(entries) = std::fs::read_dir(proc_root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-                add(entry.path().join("ns/net"));
-            }
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir("/run/netns") {
-        for entry in entries.flatten() {
-            add(entry.path());
-        }
-    }
-    found
-}
-
-/// Dump the listeners of every namespace.
-pub fn scan_namespaces(namespaces: BTreeMap<u32, PathBuf>) -> Vec<Listener> {
-    in_each_namespace(namespaces, |inode| dump_listeners(inode).ok()).into_iter().flatten().collect()
-}
-
-/// Run `f` inside each network namespace (by inode and a path that opens
-/// it), collecting what it returns. Runs on a fresh OS thread: setns
-/// changes the calling thread's namespace, which must never leak into the
-/// tokio runtime's threads. A namespace that vanished is skipped.
-pub fn in_each_namespace<T: Send + 'static>(
-    namespaces: BTreeMap<u32, PathBuf>,
-    f: impl Fn(u32) -> Option<T> + Send + 'static,
-) -> Vec<T> {
-    let worker = std::thread::Builder::new().name("observer-netns".into()).spawn(move || {
-        let mut all = Vec::new();
-        for (inode, path) in namespaces {
-            let Ok(file) = File::open(&path) else { continue };
-            if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
-                continue;
-            }
-            all.extend(f(inode));
-        }
-        all
-    });
-    match worker {
-        Ok(handle) => handle.join().unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
 }

@@ -9,7 +9,7 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use serde::Serialize;
 
 use super::settings::NetSettings;
-use crate::collect::sock_diag::{self, Listener, TcpSocket};
+use super::sock_diag::{self, Listener, TcpSocket};
 
 const TIME_WAIT: u8 = 6;
 

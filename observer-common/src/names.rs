@@ -1,0 +1,66 @@
+//! The names of the eBPF object's maps and programs, as userspace (the
+//! loader, the collector, `cargo xtask bench`) refers to them. The eBPF
+//! side declares them as its statics' and functions' identifiers, which a
+//! macro attribute cannot take from a constant; a name that drifts fails
+//! at load (`take_maps`, the hook table), in every kernel test.
+
+/// Maps, by the name of their `static` in observer-ebpf's `maps.rs`.
+pub mod maps {
+    pub const CONFIG: &str = "CONFIG";
+    pub const PROC_COUNTERS: &str = "PROC_COUNTERS";
+    pub const CONNECT_ERRORS: &str = "CONNECT_ERRORS";
+    pub const SOCK_OWNERS: &str = "SOCK_OWNERS";
+    pub const LISTENERS: &str = "LISTENERS";
+    pub const INFLIGHT_CONNECTS: &str = "INFLIGHT_CONNECTS";
+    pub const THREAD_CONNECTS: &str = "THREAD_CONNECTS";
+    pub const EXITED: &str = "EXITED";
+    pub const LOST: &str = "LOST";
+    pub const LRU_CHURN: &str = "LRU_CHURN";
+    /// The global with the kernel's struct offsets (not a map of ours,
+    /// but set by name the same way).
+    pub const OFFSETS: &str = "OFFSETS";
+}
+
+/// Programs, by the name of their function in observer-ebpf.
+pub mod programs {
+    pub const TCP_CONNECT_FENTRY: &str = "tcp_connect_fentry";
+    pub const TCP_CONNECT_KPROBE: &str = "tcp_connect_kprobe";
+    pub const CONNECT_CALL_FENTRY: &str = "connect_call_fentry";
+    pub const CONNECT_CALL_FEXIT: &str = "connect_call_fexit";
+    pub const CONNECT_CALL_KPROBE: &str = "connect_call_kprobe";
+    pub const CONNECT_CALL_KRETPROBE: &str = "connect_call_kretprobe";
+    pub const CONNECT_ENTER: &str = "connect_enter";
+    pub const CONNECT_EXIT: &str = "connect_exit";
+    pub const INET_CSK_ACCEPT_FEXIT: &str = "inet_csk_accept_fexit";
+    pub const INET_CSK_ACCEPT_KRETPROBE: &str = "inet_csk_accept_kretprobe";
+    pub const ACCEPT4_EXIT: &str = "accept4_exit";
+    pub const ACCEPT_EXIT: &str = "accept_exit";
+    pub const TCP_TIME_WAIT_FENTRY: &str = "tcp_time_wait_fentry";
+    pub const TCP_TIME_WAIT_FENTRY_TWIN: &str = "tcp_time_wait_fentry_twin";
+    pub const TCP_TIME_WAIT_KPROBE: &str = "tcp_time_wait_kprobe";
+    pub const TIME_WAIT_TWIN: &str = "time_wait_twin";
+    pub const SOCK_STATE: &str = "sock_state";
+    pub const PROCESS_EXIT: &str = "process_exit";
+
+    /// Every program of the object.
+    pub const ALL: &[&str] = &[
+        TCP_CONNECT_FENTRY,
+        TCP_CONNECT_KPROBE,
+        CONNECT_CALL_FENTRY,
+        CONNECT_CALL_FEXIT,
+        CONNECT_CALL_KPROBE,
+        CONNECT_CALL_KRETPROBE,
+        CONNECT_ENTER,
+        CONNECT_EXIT,
+        INET_CSK_ACCEPT_FEXIT,
+        INET_CSK_ACCEPT_KRETPROBE,
+        ACCEPT4_EXIT,
+        ACCEPT_EXIT,
+        TCP_TIME_WAIT_FENTRY,
+        TCP_TIME_WAIT_FENTRY_TWIN,
+        TCP_TIME_WAIT_KPROBE,
+        TIME_WAIT_TWIN,
+        SOCK_STATE,
+        PROCESS_EXIT,
+    ];
+}

@@ -1,0 +1,72 @@
+//! The network namespaces of the node: found through every process's
+//! `ns/net` and every `ip netns` bind mount, entered one after the other
+//! from a thread of their own.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    os::{fd::AsFd, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+};
+
+use nix::sched::{CloneFlags, setns};
+
+/// A namespace's inode: its identity for its whole life (unlike a pid).
+pub fn inode(path: &Path) -> Option<u32> {
+    std::fs::metadata(path).ok().map(|m| m.ino() as u32)
+}
+
+/// Network namespaces of this host: every process's and every `ip netns`
+/// bind mount, by inode, each with one path that opens it.
+pub fn all(proc_root: &Path) -> BTreeMap<u32, PathBuf> {
+    let mut found = BTreeMap::new();
+    let mut add = |path: PathBuf| {
+        if let Some(inode) = inode(&path) {
+            found.entry(inode).or_insert(path);
+        }
+    };
+    if let Ok(entries) = std::fs::read_dir(proc_root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                add(entry.path().join("ns/net"));
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/run/netns") {
+        for entry in entries.flatten() {
+            add(entry.path());
+        }
+    }
+    found
+}
+
+/// The host's namespace is init's; where init is out of reach (a sandbox),
+/// the one observer runs in.
+pub fn host(proc_root: &Path) -> Option<u32> {
+    inode(&proc_root.join("1/ns/net")).or_else(|| inode(Path::new("/proc/self/ns/net")))
+}
+
+/// Run `f` inside each network namespace (by inode and a path that opens
+/// it), collecting what it returns. Runs on a fresh OS thread: setns
+/// changes the calling thread's namespace, which must never leak into the
+/// tokio runtime's threads. A namespace that vanished is skipped.
+pub fn in_each_namespace<T: Send + 'static>(
+    namespaces: BTreeMap<u32, PathBuf>,
+    f: impl Fn(u32) -> Option<T> + Send + 'static,
+) -> Vec<T> {
+    let worker = std::thread::Builder::new().name("observer-netns".into()).spawn(move || {
+        let mut all = Vec::new();
+        for (inode, path) in namespaces {
+            let Ok(file) = File::open(&path) else { continue };
+            if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+                continue;
+            }
+            all.extend(f(inode));
+        }
+        all
+    });
+    match worker {
+        Ok(handle) => handle.join().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}

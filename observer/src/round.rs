@@ -1,0 +1,153 @@
+//! One collection round, the same for the daemon and the kernel tests:
+//! read the node (every namespace once), read the kernel maps into deltas
+//! (exactly once each), charge them to series, name the gauges through the
+//! same series store, and build the `Snapshot` the exporters read.
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use observer_common::{lost, names::maps};
+
+use crate::{
+    attribution::Attributor,
+    collect::{Collector, Deltas, KernelMaps},
+    error::Error,
+    node::{self, NodeReading, files, trend::PortTrend},
+    probes::{Attachment, ProgramHandle},
+    series::{Limits, SeriesStore},
+    snapshot::{KernelHealth, ListenerGauge, NodeGauges, RoundStats, Snapshot},
+};
+
+/// Where a round reads the node, and how long series outlive a process.
+#[derive(Clone, Debug)]
+pub struct RoundSettings {
+    /// The host's /proc.
+    pub proc_root: PathBuf,
+    /// The cgroup v2 mount (None: found in /proc/self/mountinfo).
+    pub cgroup_root: Option<PathBuf>,
+    /// kubelet's pod log directory.
+    pub pod_logs: PathBuf,
+    pub grace: Duration,
+    pub limits: Limits,
+}
+
+/// What one round produced: the deltas it applied (the kernel tests sum
+/// them) and the snapshot for the exporters.
+pub struct RoundOutput {
+    pub deltas: Deltas,
+    pub snapshot: Snapshot,
+}
+
+/// The state that lasts from round to round.
+pub struct Rounds {
+    collector: Collector,
+    series: SeriesStore,
+    trend: PortTrend,
+    settings: RoundSettings,
+    attachments: Vec<Attachment>,
+    programs: Vec<ProgramHandle>,
+    failures: u64,
+}
+
+impl Rounds {
+    pub fn new(
+        maps: KernelMaps,
+        attachments: Vec<Attachment>,
+        programs: Vec<ProgramHandle>,
+        settings: RoundSettings,
+    ) -> Self {
+        let attributor = Attributor::new(&settings.proc_root, settings.cgroup_root.clone(), settings.pod_logs.clone());
+        Self {
+            collector: Collector::new(maps, settings.proc_root.clone(), attributor),
+            series: SeriesStore::new(settings.limits),
+            trend: PortTrend::default(),
+            settings,
+            attachments,
+            programs,
+            failures: 0,
+        }
+    }
+
+    /// The next round is the last: let every count out, labelled or not.
+    pub fn last_round(&mut self) {
+        self.collector.last_round();
+    }
+
+    /// Rounds that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// One round, started at `now`.
+    pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
+        let mut node = node::sweep(&self.settings.proc_root);
+        self.trend.update(now, &mut node);
+        let listeners: Vec<_> = node.listeners().copied().collect();
+        let deltas = match self.collector.collect(now, self.settings.grace, &listeners) {
+            Ok(deltas) => deltas,
+            Err(e) => {
+                self.failures += 1;
+                return Err(e);
+            }
+        };
+        self.series.apply(&deltas);
+        let gauges = self.gauges(node, &deltas);
+        let snapshot = Snapshot {
+            series: self.series.clone(),
+            kernel: self.kernel_health(&deltas),
+            node: gauges,
+            rounds: RoundStats { seconds: now.elapsed().as_secs_f64(), failures: self.failures },
+        };
+        Ok(RoundOutput { deltas, snapshot })
+    }
+
+    /// The node's gauges, each process named by the series store.
+    fn gauges(&mut self, node: NodeReading, deltas: &Deltas) -> NodeGauges {
+        let mut listeners = Vec::new();
+        let mut namespaces = Vec::new();
+        for netns in node.namespaces {
+            for listener in netns.listeners {
+                // Owners whose pod labels are still being looked up are
+                // named from the next round on, labels and all.
+                let owner = deltas
+                    .listener_owners
+                    .get(&listener.cookie)
+                    .and_then(|actor| self.series.owner(actor, &deltas.pods));
+                listeners.push(ListenerGauge { netns: netns.name.clone(), listener, owner });
+            }
+            if let Some(usage) = netns.usage {
+                namespaces.push((netns.name, usage));
+            }
+        }
+        let proc_root = &self.settings.proc_root;
+        let open_files = self
+            .series
+            .processes()
+            .filter_map(|who| {
+                let crate::series::Who::Process { pid, .. } = who else { return None };
+                // A process already gone has none to report.
+                Some((who, files::of_process(proc_root, pid)?))
+            })
+            .collect();
+        NodeGauges { namespaces, listeners, open_files }
+    }
+
+    fn kernel_health(&self, deltas: &Deltas) -> KernelHealth {
+        KernelHealth {
+            attachments: self.attachments.clone(),
+            lost: vec![
+                (maps::PROC_COUNTERS, deltas.lost[lost::PROC_COUNTERS_FULL as usize]),
+                (maps::CONNECT_ERRORS, deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
+                (maps::INFLIGHT_CONNECTS, deltas.lost[lost::INFLIGHT_FULL as usize]),
+            ],
+            // Cumulative in the kernel: read as is, no delta needed.
+            missed: self
+                .programs
+                .iter()
+                .filter_map(|p| p.stats().ok().map(|s| (p.hook, p.program, s.missed)))
+                .collect(),
+            maps: deltas.map_fill.clone(),
+        }
+    }
+}

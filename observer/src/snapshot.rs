@@ -1,0 +1,82 @@
+//! What a collection round hands to the exporters: one `Snapshot`, built
+//! whole by the round and replaced whole, so the instruments never see a
+//! half-updated round and never take a lock the round holds for long.
+//!
+//! Every process in it was named by the series store (`series::Who`), so
+//! counters and gauges share one cap and one set of labels.
+use std::sync::{Arc, Mutex};
+
+use crate::{
+    collect::MapFill,
+    node::{files::OpenFiles, sock_diag::Listener, usage::NetnsUsage},
+    probes::Attachment,
+    series::{SeriesStore, Who},
+};
+
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    /// The counters: cumulative totals per series.
+    pub series: SeriesStore,
+    /// How the kernel side is doing: hooks, losses, map fill.
+    pub kernel: KernelHealth,
+    /// Gauges of the node: ceilings and their usage, accept queues, files.
+    pub node: NodeGauges,
+    pub rounds: RoundStats,
+}
+
+#[derive(Clone, Default)]
+pub struct KernelHealth {
+    /// Each hook and the mode it is attached in.
+    pub attachments: Vec<Attachment>,
+    /// Kernel updates lost to full maps, by map name, cumulative.
+    pub lost: Vec<(&'static str, u64)>,
+    /// (hook, program, runs the kernel skipped), cumulative.
+    pub missed: Vec<(&'static str, &'static str, u64)>,
+    /// How full each kernel map is.
+    pub maps: Vec<MapFill>,
+}
+
+#[derive(Clone, Default)]
+pub struct NodeGauges {
+    /// Each network namespace's ceilings and usage, by namespace name.
+    pub namespaces: Vec<(String, NetnsUsage)>,
+    pub listeners: Vec<ListenerGauge>,
+    /// Open files against RLIMIT_NOFILE of each process with series.
+    pub open_files: Vec<(Who, OpenFiles)>,
+}
+
+/// One listener's accept queue, with the process that listens when known.
+#[derive(Clone, Debug)]
+pub struct ListenerGauge {
+    pub netns: String,
+    pub listener: Listener,
+    pub owner: Option<Who>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RoundStats {
+    /// How long the last successful round took.
+    pub seconds: f64,
+    /// Rounds that failed (each retried at the next interval).
+    pub failures: u64,
+}
+
+/// The latest snapshot: the round replaces it, the instruments read it.
+#[derive(Default)]
+pub struct Published(Mutex<Arc<Snapshot>>);
+
+impl Published {
+    pub fn publish(&self, snapshot: Snapshot) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(snapshot);
+    }
+
+    /// Change the latest snapshot in place (copied first if an instrument
+    /// still reads it).
+    pub fn update(&self, f: impl FnOnce(&mut Snapshot)) {
+        f(Arc::make_mut(&mut self.0.lock().unwrap_or_else(|p| p.into_inner())));
+    }
+
+    pub fn latest(&self) -> Arc<Snapshot> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

@@ -3,8 +3,6 @@
 //! tests can run the whole daemon in-process and stop it.
 use std::{
     future::Future,
-    net::SocketAddr,
-    path::PathBuf,
     sync::{Arc, mpsc},
     time::{Duration, Instant},
 };
@@ -12,57 +10,14 @@ use std::{
 use tracing::{info, warn};
 
 use crate::{
+    config::RunConfig,
     error::Error,
-    export::{ExportStats, Metrics, http, otlp, otlp::OtlpConfig},
+    export::{ExportStats, Metrics, http, otlp},
     node::sock_diag,
-    probes::{AttachMode, Attachment, Probes, hooks::Mode},
-    round::{RoundSettings, Rounds},
-    series::Limits,
+    probes::{Attachment, Probes, hooks::Mode},
+    round::Rounds,
     snapshot::Published,
 };
-
-/// The settings the daemon runs with, typed; made from the merged
-/// `config::Settings` (`Settings::resolve`), where each one is defined.
-#[derive(Clone, Debug)]
-pub struct RunConfig {
-    pub prometheus_listen: SocketAddr,
-    pub interval: Duration,
-    pub grace: Duration,
-    pub attach_mode: AttachMode,
-    pub limits: Limits,
-    /// Capacity of the socket-owner map (SOCK_OWNERS).
-    pub max_sockets: u32,
-    /// The host's /proc (in a container: where the host's /proc is mounted).
-    pub proc_root: PathBuf,
-    /// The kernel's BTF (its own, or one from BTFHub for older kernels).
-    pub kernel_btf: PathBuf,
-    /// The cgroup v2 mount (None: found in /proc/self/mountinfo).
-    pub cgroup_root: Option<PathBuf>,
-    /// kubelet's pod log directory (pod names and namespaces).
-    pub pod_logs: PathBuf,
-    /// OTLP push, when an endpoint is set.
-    pub otlp: Option<OtlpConfig>,
-}
-
-impl Default for RunConfig {
-    /// Every setting at its default (config.rs has them).
-    fn default() -> Self {
-        crate::config::Settings::defaults().resolve()
-    }
-}
-
-impl RunConfig {
-    /// What each collection round needs of the settings.
-    pub fn round_settings(&self) -> RoundSettings {
-        RoundSettings {
-            proc_root: self.proc_root.clone(),
-            cgroup_root: self.cgroup_root.clone(),
-            pod_logs: self.pod_logs.clone(),
-            grace: self.grace,
-            limits: self.limits,
-        }
-    }
-}
 
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let listener = http::bind(config.prometheus_listen).await?;

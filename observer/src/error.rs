@@ -4,8 +4,6 @@
 //! line (`report`), never as a backtrace.
 use std::{net::SocketAddr, path::PathBuf};
 
-use crate::probes::privileges;
-
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
@@ -13,10 +11,9 @@ pub enum Error {
     #[error(
         "missing privileges: observer needs {missing}; run it as root, or grant the capabilities: \
          `sudo setcap {setcap}+ep $(which observer)` (kernels before 5.8 need CAP_SYS_ADMIN instead of \
-         CAP_BPF and CAP_PERFMON)",
-        setcap = privileges::setcap_list()
+         CAP_BPF and CAP_PERFMON)"
     )]
-    Privileges { missing: String },
+    Privileges { missing: String, setcap: String },
 
     #[error(
         "no kernel BTF at {path}: observer needs a kernel built with CONFIG_DEBUG_INFO_BTF=y \

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: observer::daemon::RunConfig) -> Result<(), observer::error::Error> {
+fn run(config: observer::config::RunConfig) -> Result<(), observer::error::Error> {
     // Two worker threads: the HTTP endpoint is light; collection runs on its
     // own thread (see daemon.rs).
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -13,10 +13,8 @@ use std::{
     time::Duration,
 };
 
-use common::{
-    Netns, churn,
-    daemon::{sample, scrape_until, start_daemon},
-};
+use common::daemon::{scrape_until, start_daemon};
+use observer_testing::{Netns, Server, churn, http::sample};
 
 /// The cgroup v2 mount (on this hybrid host /sys/fs/cgroup/unified).
 fn cgroup2_root() -> PathBuf {
@@ -78,7 +76,7 @@ fn client_in_cgroup(ns: &Netns, cgroup: Option<&Path>, args: &[&str]) -> (u32, S
 }
 
 /// Hold 6 ports of a 6-port range, then fail 3 times with EADDRNOTAVAIL.
-fn exhaust(cgroup: Option<&Path>) -> (Netns, common::Server, u32) {
+fn exhaust(cgroup: Option<&Path>) -> (Netns, Server, u32) {
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
     let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);

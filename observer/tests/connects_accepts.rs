@@ -4,7 +4,8 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{Netns, Observer, collect_until};
+use common::{Observer, collect_until};
+use observer_testing::Netns;
 
 const ECONNREFUSED: u32 = 111;
 

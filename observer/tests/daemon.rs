@@ -10,9 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
+use common::daemon::{OBSERVER, start_daemon, start_daemon_with_env};
+use observer_testing::{
     Netns,
-    daemon::{OBSERVER, free_port, sample, scrape, start_daemon, start_daemon_with_env},
+    http::{free_port, sample, scrape},
 };
 
 #[test]

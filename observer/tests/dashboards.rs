@@ -16,11 +16,11 @@ use std::{
 };
 
 use common::{
-    Netns, churn,
     daemon::{Daemon, start_daemon_with_env},
     prometheus::Prometheus,
     tool,
 };
+use observer_testing::{Netns, Server, churn};
 use serde_json::Value;
 
 const BOARDS: [&str; 2] = ["connection-avalanche.json", "observer-overview.json"];
@@ -192,7 +192,7 @@ impl Culprits {
 /// The four incidents, each spread over a few seconds so that the scrapes
 /// see the counters grow (as in a real incident), each in its namespace.
 /// The namespaces and servers are returned to be kept alive.
-fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<common::Server>) {
+fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
     // Port exhaustion: 6 ports, 9 held connections, 3 EADDRNOTAVAIL.
     let ports = Netns::new();
     ports.sysctl("net.ipv4.ip_local_port_range", "41000 41005");

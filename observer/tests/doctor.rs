@@ -5,7 +5,8 @@ mod common;
 
 use std::process::Command;
 
-use common::{Netns, daemon::OBSERVER};
+use common::daemon::OBSERVER;
+use observer_testing::Netns;
 use serde_json::Value;
 
 /// `observer doctor ARGS --json`: (exit code, report).

@@ -5,7 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Netns, Observer, collect_until};
+use common::{Observer, collect_until};
+use observer_testing::Netns;
 
 /// Overflow a never-accepting listener on `addr` (port `port`) with 8
 /// connection attempts; observer starts before the listener exists, or

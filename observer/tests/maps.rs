@@ -5,10 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    Netns,
-    daemon::{sample, scrape_until, start_daemon},
-};
+use common::daemon::{scrape_until, start_daemon};
+use observer_testing::{Netns, http::sample};
 
 fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     let label = format!("map=\"{map}\"");

@@ -13,9 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
-    Netns,
-    daemon::{Daemon, free_port, sample, scrape_until, start_daemon_with_env},
+use common::daemon::{Daemon, scrape_until, start_daemon_with_env};
+use observer_testing::{
+    Netns, Server,
+    http::{free_port, sample},
 };
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::{
@@ -273,7 +274,7 @@ fn string_attr(attrs: &[KeyValue], key: &str) -> Option<String> {
 /// The port-exhaustion incident in its own namespace: 6 ports, 9 held
 /// connections; the client sees 3 EADDRNOTAVAIL. Returns (netns, client
 /// pid, failures the client saw); keep the netns (and the server) alive.
-fn exhaust_ports() -> (Netns, common::Server, u32, u64) {
+fn exhaust_ports() -> (Netns, Server, u32, u64) {
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
     let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);

@@ -5,7 +5,8 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{Netns, Observer, collect_until};
+use common::{Observer, collect_until};
+use observer_testing::Netns;
 
 const EADDRNOTAVAIL: u32 = 99;
 

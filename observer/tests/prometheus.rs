@@ -7,7 +7,8 @@ mod common;
 
 use std::{process::Command, time::Duration};
 
-use common::{Netns, daemon::start_daemon, prometheus::Prometheus, run_with_input, tool};
+use common::{daemon::start_daemon, prometheus::Prometheus, run_with_input, tool};
+use observer_testing::Netns;
 
 #[test]
 fn prometheus_finds_the_exact_eaddrnotavail_count_of_the_client() {

@@ -4,7 +4,8 @@
 //! entries in the namespace exactly.
 mod common;
 
-use common::{Netns, Observer, collect_until};
+use common::{Observer, collect_until};
+use observer_testing::Netns;
 
 const CONNECTIONS: u64 = 25;
 

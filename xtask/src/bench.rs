@@ -4,14 +4,18 @@
 //! BENCHMARKS.md. Targets are checked here, never by timed tests.
 use std::{
     fmt::Write as _,
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
+    io::{BufRead, BufReader, Read as _},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
+
+use observer_testing::{
+    Netns,
+    http::{free_port, sample_sum, scrape},
+};
 
 use crate::{build, setup, workspace_root};
 
@@ -165,62 +169,6 @@ impl Drop for Running {
     }
 }
 
-/// A network namespace for one run, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Result<Self> {
-        let name = format!("obs-bench-{}-{tag}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        crate::run_cmd(Command::new("ip").args(["netns", "add", &name]))?;
-        let ns = Netns(name);
-        crate::run_cmd(Command::new("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]))?;
-        Ok(ns)
-    }
-    fn exec(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, program]);
-        c
-    }
-    fn sysctl(&self, kv: &str) -> Result<()> {
-        crate::run_cmd(self.exec("sysctl").args(["-qw", kv]))
-    }
-    fn nstat(&self, counter: &str) -> Result<u64> {
-        let out = self.exec("nstat").args(["-asz", counter]).output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.lines()
-            .find_map(|l| l.strip_prefix(counter).and_then(|v| v.split_whitespace().next()?.parse().ok()))
-            .with_context(|| format!("nstat: no {counter}"))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(19464)
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.1 200").then_some(body)
-}
-
-/// Sum of the samples of `metric` whose labels contain all of `labels`.
-fn sample_sum(body: &str, metric: &str, labels: &[&str]) -> u64 {
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum()
-}
-
 fn start(tracer: Tracer, observer: &std::path::Path, interval: &str) -> Result<Option<Running>> {
     let running = match tracer {
         Tracer::Baseline => return Ok(None),
@@ -332,20 +280,14 @@ struct Run {
     programs: Vec<(String, u64, u64)>,
 }
 
-fn churn_once(
-    tracer: Tracer,
-    observer: &std::path::Path,
-    churn: &std::path::Path,
-    opts: &Options,
-    tag: &str,
-) -> Result<Run> {
-    let ns = Netns::new(tag)?;
-    ns.sysctl("net.ipv4.ip_local_port_range=1024 65535")?;
+fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Path, opts: &Options) -> Result<Run> {
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "1024 65535");
     let running = start(tracer, observer, "1s")?;
     let cpu0 = running.as_ref().map_or(0.0, |r| cpu_seconds(r.child.id()));
     let before = ProgramStats::read();
     let child = ns
-        .exec(churn.to_str().context("path")?)
+        .command(churn.to_str().context("path")?)
         .args(["churn", "--threads", &opts.threads.to_string(), "--connections", &opts.connections.to_string()])
         .stdout(Stdio::piped())
         .spawn()?;
@@ -399,7 +341,7 @@ pub fn run(opts: &Options) -> Result<()> {
     anyhow::ensure!(setup::nix_is_root(), "the benchmark loads eBPF programs: run it as root");
     setup::apt_install_packages(&["libbpf-tools", "bpftrace", "bpftool"])?;
     let observer = build::run(&build::Options { release: true })?;
-    let churn = workspace_root().join("target/release/observer-churn");
+    let churn = build::churn(true)?;
     if opts.sweep_only {
         let cost = sweep::measure(&observer, &churn)?;
         println!("{}", sweep_report(&cost));
@@ -421,9 +363,9 @@ pub fn run(opts: &Options) -> Result<()> {
     for round in 0..opts.rounds {
         for (i, tracer) in tracers.iter().enumerate() {
             // A/B: a baseline run right before each tracer run.
-            let base = churn_once(Tracer::Baseline, &observer, &churn, opts, &format!("{round}-{i}-a"))?;
+            let base = churn_once(Tracer::Baseline, &observer, &churn, opts)?;
             rates[0].push(base.rate);
-            match churn_once(*tracer, &observer, &churn, opts, &format!("{round}-{i}-b")) {
+            match churn_once(*tracer, &observer, &churn, opts) {
                 Ok(run) => {
                     println!(
                         "bench: round {round}: {} {:.0}/s vs baseline {:.0}/s",
@@ -450,7 +392,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let _ = Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=1"]).status();
     let mut per_program = String::new();
     for (i, tracer) in tracers.iter().enumerate() {
-        if let Ok(run) = churn_once(*tracer, &observer, &churn, opts, &format!("cpu-{i}")) {
+        if let Ok(run) = churn_once(*tracer, &observer, &churn, opts) {
             cpu_per_m[i].push((run.tracer_cpu + run.bpf_cpu) / run.cycles.max(1) as f64 * 1e6);
             if *tracer == Tracer::Observer {
                 let cycles = run.cycles.max(1) as f64;
@@ -585,16 +527,16 @@ fn storms(observer: &std::path::Path, churn: &std::path::Path) -> Result<String>
     let running = start(Tracer::Observer, observer, "1s")?.context("observer")?;
     let port = running.metrics_port.context("port")?;
 
-    let ns = Netns::new("storm-a")?;
-    ns.sysctl("net.ipv4.ip_local_port_range=40000 40099")?;
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "40000 40099");
     let mut server = ns
-        .exec(churn.to_str().context("path")?)
+        .command(churn.to_str().context("path")?)
         .args(["serve", "--listen", "127.0.0.1:9100", "--hold"])
         .stdout(Stdio::piped())
         .spawn()?;
     BufReader::new(server.stdout.as_mut().context("stdout")?).read_line(&mut String::new())?;
     let child = ns
-        .exec(churn.to_str().context("path")?)
+        .command(churn.to_str().context("path")?)
         .args(["storm", "--to", "127.0.0.1:9100", "--kind", "eaddrnotavail", "--attempts", "50000"])
         .stdout(Stdio::piped())
         .spawn()?;
@@ -618,24 +560,24 @@ fn storms(observer: &std::path::Path, churn: &std::path::Path) -> Result<String>
         if seen == counted && seen > 0 { "exact" } else { "MISMATCH" }
     )?;
 
-    let ns = Netns::new("storm-b")?;
+    let ns = Netns::new();
     let mut server = ns
-        .exec(churn.to_str().context("path")?)
+        .command(churn.to_str().context("path")?)
         .args(["serve", "--listen", "127.0.0.1:9200", "--backlog", "8", "--never-accept"])
         .stdout(Stdio::piped())
         .spawn()?;
     let server_pid = server.id();
     BufReader::new(server.stdout.as_mut().context("stdout")?).read_line(&mut String::new())?;
     std::thread::sleep(Duration::from_millis(1500)); // observer sees the listener in one scan
-    let before = ns.nstat("TcpExtListenOverflows")?;
+    let before = ns.nstat("TcpExtListenOverflows");
     let child = ns
-        .exec(churn.to_str().context("path")?)
+        .command(churn.to_str().context("path")?)
         .args(["storm", "--to", "127.0.0.1:9200", "--kind", "overflow", "--attempts", "50000"])
         .stdout(Stdio::piped())
         .spawn()?;
     let text = String::from_utf8_lossy(&child.wait_with_output()?.stdout).into_owned();
     std::thread::sleep(Duration::from_millis(500));
-    let overflows = ns.nstat("TcpExtListenOverflows")? - before;
+    let overflows = ns.nstat("TcpExtListenOverflows") - before;
     std::thread::sleep(Duration::from_millis(2500));
     let body = scrape(port).context("scrape")?;
     let counted = sample_sum(&body, "observer_tcp_listen_overflows_total", &[&format!("process_pid=\"{server_pid}\"")]);

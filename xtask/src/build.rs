@@ -26,3 +26,16 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
     let profile = if opts.release { "release" } else { "debug" };
     Ok(workspace_root().join("target").join(profile).join("observer"))
 }
+
+/// Build the churn generator (observer-testing's `observer-churn`, a test
+/// tool kept out of the product); returns its path.
+pub fn churn(release: bool) -> Result<PathBuf> {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(workspace_root()).args(["build", "--package", "observer-testing", "--bin", "observer-churn"]);
+    if release {
+        cmd.arg("--release");
+    }
+    run_cmd(&mut cmd)?;
+    let profile = if release { "release" } else { "debug" };
+    Ok(workspace_root().join("target").join(profile).join("observer-churn"))
+}

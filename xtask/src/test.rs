@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::{run_cmd, setup, vm, workspace_root};
+use crate::{build, run_cmd, setup, vm, workspace_root};
 
 #[derive(Args)]
 pub struct Options {
@@ -35,6 +35,9 @@ pub fn run(opts: &Options) -> Result<()> {
         bail!("the kernel tests load eBPF programs and create network namespaces: run `cargo xtask test` as root");
     }
     let nightly = setup::run()?;
+    // The kernel tests run the churn generator, a binary of another crate:
+    // built first, and named to them.
+    let churn = build::churn(false)?;
     if opts.vm_only {
         return matrix(&nightly.name, opts);
     }
@@ -45,6 +48,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .args(["test", "--workspace", "--exclude", "observer-ebpf", "--no-fail-fast"])
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name)
+            .env("OBSERVER_CHURN", &churn)
             // The tests that scrape observer with a real Prometheus server.
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))

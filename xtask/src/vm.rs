@@ -179,7 +179,7 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
         fs::copy(exe, &to).with_context(|| format!("copying {exe} to {}", to.display()))?;
         Ok(to)
     };
-    let (mut tests, mut observer, mut churn) = (Vec::new(), None, None);
+    let (mut tests, mut observer) = (Vec::new(), None);
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -191,7 +191,6 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
         let program = kind("bin") && msg["profile"]["test"] == false;
         match name {
             "observer" if program => observer = Some(copy(exe, name)?),
-            "observer-churn" if program => churn = Some(copy(exe, name)?),
             _ if kind("test")
                 && KERNEL_TESTS.contains(&name)
                 && (only.is_empty() || only.iter().any(|o| o == name)) =>
@@ -204,7 +203,7 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
     Ok(GuestBinaries {
         tests,
         observer: observer.context("cargo built no observer binary")?,
-        churn: churn.context("cargo built no observer-churn binary")?,
+        churn: copy(crate::build::churn(false)?.to_str().context("path")?, "observer-churn")?,
     })
 }
 

@@ -94,7 +94,11 @@ pub fn check() -> Result<(), Error> {
     for need in optional {
         tracing::warn!(capability = %need.capability, "missing: observer cannot {}", need.why);
     }
-    if required.is_empty() { Ok(()) } else { Err(Error::Privileges { missing: describe(&required) }) }
+    if required.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Privileges { missing: describe(&required), setcap: setcap_list() })
+    }
 }
 
 /// `CAP_BPF (load ...), CAP_PERFMON (attach ...)`.
@@ -127,7 +131,7 @@ mod tests {
     #[test]
     fn the_error_names_each_missing_capability_with_its_reason_and_the_setcap_line() {
         let missing: Vec<&Need> = CAPABILITIES.iter().filter(|n| n.required).collect();
-        let message = Error::Privileges { missing: describe(&missing) }.to_string();
+        let message = Error::Privileges { missing: describe(&missing), setcap: setcap_list() }.to_string();
         for need in &missing {
             assert!(message.contains(&format!("{} ({})", need.capability, need.why)), "{message}");
         }

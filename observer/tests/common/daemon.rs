@@ -1,12 +1,12 @@
 //! `observer run` as a user starts it: the binary, its Prometheus endpoint
 //! and its log, for the tests of the daemon and of its exports.
 use std::{
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+use observer_testing::http::{free_port, scrape};
 
 pub const OBSERVER: &str = env!("CARGO_BIN_EXE_observer");
 
@@ -52,10 +52,6 @@ impl Drop for Daemon {
     }
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 pub fn start_daemon(extra: &[&str]) -> Daemon {
     start_daemon_with_env(extra, &[])
 }
@@ -79,23 +75,6 @@ pub fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         std::thread::sleep(Duration::from_millis(100));
     }
     daemon
-}
-
-pub fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.1 200").then_some(body)
-}
-
-/// The value of the first sample of `metric` whose labels include all of
-/// `labels` (each `name="value"`).
-pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {
-    body.lines().filter(|l| l.starts_with(&format!("{metric}{{"))).find_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        labels.iter().all(|want| series.contains(want)).then(|| value.parse().ok())?
-    })
 }
 
 /// Scrape until `done` holds for the body (at most `limit`); the last body.

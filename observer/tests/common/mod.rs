@@ -1,6 +1,7 @@
-//! Shared pieces of the kernel tests: a private network namespace per test,
-//! the churn generator run inside it, the kernel's own counters (nstat, ss),
-//! and the observer's probes and collector, loaded for real.
+//! Shared pieces of the kernel tests: observer's probes and rounds, loaded
+//! for real, and the tools `cargo xtask setup` installs. The network
+//! namespace, the churn generator and the kernel's own counters come from
+//! `observer-testing`, shared with the benchmark.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod daemon;
@@ -29,193 +30,18 @@ pub fn tool(var: &str, program: &str) -> std::path::PathBuf {
 }
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    collections::HashMap,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use observer::{
     collect::ListenerDrops,
-    daemon::RunConfig,
+    config::RunConfig,
     probes::{AttachMode, Probes},
     round::Rounds,
 };
 use observer_common::{ConnectErrorKey, ProcCounters};
-
-/// The churn generator: the one cargo built next to this test, unless the
-/// kernel matrix runs a snapshot of both from elsewhere (OBSERVER_CHURN).
-pub fn churn() -> String {
-    std::env::var("OBSERVER_CHURN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_observer-churn").to_string())
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A uniquely named network namespace with loopback up, deleted on drop.
-/// Names carry the pid and a counter, so tests can run in parallel.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new() -> Self {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!("obs-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        run(Command::new("ip").args(["netns", "add", &name]));
-        let ns = Self { name };
-        run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));
-        ns
-    }
-
-    /// A command that runs inside the namespace.
-    pub fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, program]);
-        cmd
-    }
-
-    pub fn sysctl(&self, key: &str, value: &str) {
-        run(self.command("sysctl").args(["-qw", &format!("{key}={value}")]));
-    }
-
-    /// A kernel SNMP/netstat counter of this namespace (e.g.
-    /// TcpExtListenOverflows, TcpActiveOpens), absolute value.
-    pub fn nstat(&self, counter: &str) -> u64 {
-        self.nstat_all(&[counter])[0]
-    }
-
-    /// Several counters of this namespace from one snapshot, in order.
-    pub fn nstat_all(&self, counters: &[&str]) -> Vec<u64> {
-        let out = run(self.command("nstat").arg("-asz").args(counters));
-        counters
-            .iter()
-            .map(|counter| {
-                out.lines()
-                    .find_map(|l| {
-                        let mut f = l.split_whitespace();
-                        (f.next() == Some(*counter)).then(|| f.next().unwrap().parse().unwrap())
-                    })
-                    .unwrap_or_else(|| panic!("nstat has no {counter}: {out}"))
-            })
-            .collect()
-    }
-
-    /// TIME_WAIT sockets the kernel created in this namespace. The kernel
-    /// counts each when its timer is first set, that is on entry, under
-    /// TcpExtTW (a full 60 s wait) or TcpExtTWKilled (a short one), and
-    /// never again: the sum holds whatever happens to the socket later
-    /// (expiry after 60 s, reuse by a new connection, or a RST that kills
-    /// it silently, which `ss`, our first ground truth, missed in slow
-    /// guests). Both read in one snapshot.
-    pub fn time_wait_entered(&self) -> u64 {
-        self.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum()
-    }
-
-    /// Connections waiting in the accept queue of the listener on `port`
-    /// (`ss -lnt` Recv-Q).
-    pub fn accept_queue(&self, port: u16) -> u64 {
-        let out = run(self.command("ss").args(["-Hltn", &format!("sport = :{port}")]));
-        out.split_whitespace()
-            .nth(1)
-            .and_then(|q| q.parse().ok())
-            .unwrap_or_else(|| panic!("no listener on {port}: {out}"))
-    }
-
-    /// Every TCP socket of the namespace, for failure messages.
-    pub fn ss_all(&self) -> String {
-        run(self.command("ss").args(["-Htan"]))
-    }
-
-    /// Start `observer-churn serve ...` here; returns once it listens.
-    pub fn serve(&self, args: &[&str]) -> Server {
-        self.start_server(self.command(&churn()).arg("serve").args(args))
-    }
-
-    /// `serve`, with at most `limit` open files (RLIMIT_NOFILE, set by
-    /// prlimit, which then execs the server: the pid stays the server's).
-    pub fn serve_with_open_files_limit(&self, limit: u32, args: &[&str]) -> Server {
-        let nofile = format!("--nofile={limit}:{limit}");
-        self.start_server(self.command("prlimit").args([nofile.as_str(), &churn(), "serve"]).args(args))
-    }
-
-    fn start_server(&self, cmd: &mut Command) -> Server {
-        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "server did not start");
-        Server { child }
-    }
-
-    /// Run `observer-churn connect ...` here to completion.
-    pub fn client(&self, args: &[&str]) -> ClientReport {
-        let child =
-            self.command(&churn()).arg("connect").args(args).stdout(Stdio::piped()).spawn().expect("spawn client");
-        // `ip netns exec` execs the program: the child's pid is the client's.
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "client failed");
-        ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-pub struct Server {
-    child: Child,
-}
-
-impl Server {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What the client saw: connections made and errno of each failure.
-#[derive(Debug)]
-pub struct ClientReport {
-    pub pid: u32,
-    pub connected: u64,
-    pub errors: BTreeMap<String, u64>,
-}
-
-impl ClientReport {
-    fn parse(pid: u32, out: &str) -> Self {
-        let mut report = ClientReport { pid, connected: 0, errors: BTreeMap::new() };
-        for field in out.split_whitespace() {
-            match field.split_once('=') {
-                Some(("connected", n)) => report.connected = n.parse().unwrap(),
-                Some(("errors", list)) => {
-                    for item in list.split(',').filter(|s| !s.is_empty()) {
-                        let (name, n) = item.split_once(':').unwrap();
-                        report.errors.insert(name.to_string(), n.parse().unwrap());
-                    }
-                }
-                _ => {}
-            }
-        }
-        report
-    }
-
-    pub fn errors(&self, name: &str) -> u64 {
-        self.errors.get(name).copied().unwrap_or(0)
-    }
-}
 
 /// observer's probes, loaded and attached for real, and everything they
 /// counted since, summed over rounds: the daemon's own rounds (node sweep,

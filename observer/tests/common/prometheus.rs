@@ -8,7 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{daemon::free_port, tool};
+use observer_testing::http::free_port;
+
+use super::tool;
 
 pub struct Prometheus {
     child: Child,

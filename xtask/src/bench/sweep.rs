@@ -12,7 +12,9 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use super::{Netns, Tracer, cpu_seconds, median, start};
+use observer_testing::Netns;
+
+use super::{Tracer, cpu_seconds, median, start};
 
 /// Sockets to build: TIME_WAIT from three churn runs toward three
 /// listeners (one destination's ports alone stop at ~64k), plus held
@@ -40,17 +42,17 @@ impl SweepCost {
 const ROUNDS: u64 = 10;
 
 pub fn measure(observer: &Path, churn: &Path) -> Result<SweepCost> {
-    let ns = Netns::new("sweep")?;
-    ns.sysctl("net.ipv4.ip_local_port_range=1024 65535")?;
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "1024 65535");
     // The namespace's default is half the established hash's size, which
     // here caps TIME_WAIT near 64k.
-    ns.sysctl("net.ipv4.tcp_max_tw_buckets=262144")?;
+    ns.sysctl("net.ipv4.tcp_max_tw_buckets", "262144");
     // Loopback connections reuse TIME_WAIT ports by default (tw_reuse=2).
-    ns.sysctl("net.ipv4.tcp_tw_reuse=0")?;
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
     let churn = churn.to_str().context("path")?;
     let runs: Vec<_> = (0..3)
         .map(|i| {
-            ns.exec(churn)
+            ns.command(churn)
                 .args(["churn", "--threads", "2", "--listen", &format!("127.0.0.1:{}", 9300 + i)])
                 .args(["--connections", &CYCLES_PER_DESTINATION.to_string()])
                 .stdout(Stdio::null())
@@ -62,10 +64,10 @@ pub fn measure(observer: &Path, churn: &Path) -> Result<SweepCost> {
     }
     // Below the port range: the TIME_WAIT sockets hold every port in it.
     let mut server =
-        ns.exec(churn).args(["serve", "--listen", "127.0.0.1:900", "--hold"]).stdout(Stdio::piped()).spawn()?;
+        ns.command(churn).args(["serve", "--listen", "127.0.0.1:900", "--hold"]).stdout(Stdio::piped()).spawn()?;
     BufReader::new(server.stdout.as_mut().context("stdout")?).read_line(&mut String::new())?;
     let mut client = ns
-        .exec(churn)
+        .command(churn)
         .args(["connect", "--to", "127.0.0.1:900", "--hold"])
         .args(["--count", &HELD.to_string()])
         .stdout(Stdio::null())
@@ -75,11 +77,11 @@ pub fn measure(observer: &Path, churn: &Path) -> Result<SweepCost> {
     let sockets = count_sockets(&ns)?;
     // TIME_WAIT lasts 60 s: measure the daemon first, then doctor.
     let round_ms = daemon_round_ms(observer)?;
-    let netns = format!("/run/netns/{}", ns.0);
+    let netns = ns.path();
     let mut cpu_ms = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         let before = children_cpu_seconds();
-        let out = Command::new(observer).args(["doctor", "--netns", &netns, "--json"]).output()?;
+        let out = Command::new(observer).args(["doctor", "--json", "--netns"]).arg(&netns).output()?;
         // Exit 0/1/2 is the verdict; 3 is an error.
         ensure!(out.status.code().is_some_and(|c| c < 3), "doctor: {}", String::from_utf8_lossy(&out.stderr));
         cpu_ms.push((children_cpu_seconds() - before) * 1000.0);
@@ -102,7 +104,7 @@ fn daemon_round_ms(observer: &Path) -> Result<f64> {
 
 /// TCP sockets of the namespace, as `ss` counts them.
 fn count_sockets(ns: &Netns) -> Result<u64> {
-    let out = ns.exec("ss").args(["-Htan"]).output()?;
+    let out = ns.command("ss").args(["-Htan"]).output()?;
     Ok(String::from_utf8_lossy(&out.stdout).lines().count() as u64)
 }
 

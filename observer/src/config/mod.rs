@@ -8,13 +8,16 @@
 //! unknown key, a value of the wrong type or out of range is one error
 //! naming the key, the file and the line. `--dry-run` prints the merged
 //! settings as a configuration file (`Settings::to_toml`).
-use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+mod run_config;
+mod values;
 
-use clap::ValueEnum;
-use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+pub use run_config::RunConfig;
+use serde::{Deserialize, Serialize};
+pub use values::*;
 
 use crate::{
-    daemon::RunConfig,
     error::Error,
     export::otlp::{OtlpConfig, Protocol, TemporalityChoice},
     probes::AttachMode,
@@ -252,207 +255,6 @@ impl Settings {
 /// A setting that has a `Preset::Value`, once merged with the defaults.
 fn preset<T>(value: Option<T>) -> T {
     value.expect("a setting with a default is set once merged with the defaults")
-}
-
-/// A setting written as a string (a duration, a URL, headers), checked by
-/// the same function wherever it is set; written back by `Display`.
-macro_rules! text_setting {
-    ($(#[$doc:meta])* $name:ident($inner:ty), parse: $parse:expr, show: $show:expr) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq)]
-        pub struct $name(pub $inner);
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                ($parse)(s).map(Self)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                ($show)(&self.0, f)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                String::deserialize(d)?.parse().map_err(D::Error::custom)
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-    };
-}
-
-fn show_duration(d: &Duration, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    write!(f, "{}", humantime::format_duration(*d))
-}
-
-text_setting!(Interval(Duration), parse: |s| parse_duration(s, Duration::from_millis(100), Duration::from_secs(3600)), show: show_duration);
-text_setting!(Grace(Duration), parse: |s| parse_duration(s, Duration::ZERO, Duration::from_secs(24 * 3600)), show: show_duration);
-text_setting!(
-    /// OTLP request timeout. A bare number is milliseconds, as in
-    /// OTEL_EXPORTER_OTLP_TIMEOUT.
-    OtlpTimeout(Duration),
-    parse: |s: &str| parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(300)),
-    show: show_duration
-);
-text_setting!(
-    /// OTLP push interval. A bare number is milliseconds, as in
-    /// OTEL_METRIC_EXPORT_INTERVAL.
-    OtlpInterval(Duration),
-    parse: |s: &str| parse_duration(&millis_if_bare(s), Duration::from_millis(100), Duration::from_secs(3600)),
-    show: show_duration
-);
-text_setting!(
-    /// The collector's URL: http or https, with a host.
-    Endpoint(url::Url),
-    parse: parse_endpoint,
-    show: |u: &url::Url, f: &mut fmt::Formatter<'_>| write!(f, "{u}")
-);
-text_setting!(
-    /// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
-    /// OTEL_EXPORTER_OTLP_HEADERS). Shown with their values hidden: they
-    /// are usually credentials.
-    Headers(Vec<(String, String)>),
-    parse: parse_headers,
-    show: |h: &Vec<(String, String)>, f: &mut fmt::Formatter<'_>| {
-        f.write_str(&h.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","))
-    }
-);
-
-impl Default for Headers {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-/// A setting written as a number, in a range.
-macro_rules! number_setting {
-    ($(#[$doc:meta])* $name:ident, $range:expr) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(pub u32);
-
-        impl $name {
-            fn in_range(n: i64) -> Result<Self, String> {
-                const RANGE: std::ops::RangeInclusive<u32> = $range;
-                u32::try_from(n)
-                    .ok()
-                    .filter(|n| RANGE.contains(n))
-                    .map(Self)
-                    .ok_or_else(|| format!("{n} is out of range: use {} to {}", RANGE.start(), RANGE.end()))
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                Self::in_range(s.parse().map_err(|_| format!("`{s}` is not a number"))?)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                Self::in_range(i64::deserialize(d)?).map_err(D::Error::custom)
-            }
-        }
-    };
-}
-
-number_setting!(
-    /// How many processes or destinations get their own series.
-    SeriesLimit,
-    1..=10_000
-);
-number_setting!(
-    /// How many sockets' owners the kernel side remembers (SOCK_OWNERS).
-    /// Below 1024 the LRU map's per-CPU free lists would evict from the
-    /// start; above 4Mi entries the map alone needs ~400 MiB of kernel
-    /// memory.
-    MaxSockets,
-    1024..=4 * 1024 * 1024
-);
-
-/// A setting with a fixed set of values (clap's `ValueEnum`), written as
-/// its name in the file too.
-macro_rules! choice_setting {
-    ($name:ty, $what:literal) => {
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                <$name>::from_str(&s, true).map_err(|_| {
-                    let names: Vec<String> = <$name>::value_variants()
-                        .iter()
-                        .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
-                        .collect();
-                    D::Error::custom(format!("`{s}` is not {}: use {}", $what, names.join(", ")))
-                })
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-    };
-}
-
-choice_setting!(AttachMode, "an attach mode");
-choice_setting!(Protocol, "an OTLP protocol");
-choice_setting!(TemporalityChoice, "a temporality");
-
-pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
-    let example = "write e.g. http://otel-collector:4317 (grpc) or http://otel-collector:4318 (http/protobuf)";
-    let url = url::Url::parse(s).map_err(|e| format!("`{s}` is not a URL ({e}); {example}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{s}` is not an http(s) URL with a host; {example}"));
-    }
-    Ok(url)
-}
-
-/// `key=value,key2=value2`, values percent-decoded (the W3C baggage form
-/// OTEL_EXPORTER_OTLP_HEADERS uses).
-pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("`{pair}` is not key=value (headers: key=value,key2=value2)"))?;
-        let key = key.trim();
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-            return Err(format!("`{key}` is not a header name"));
-        }
-        let value = percent_encoding::percent_decode_str(value.trim())
-            .decode_utf8()
-            .map_err(|e| format!("header `{key}`: the value is not UTF-8 once percent-decoded ({e})"))?;
-        out.push((key.to_string(), value.into_owned()));
-    }
-    Ok(out)
-}
-
-fn millis_if_bare(s: &str) -> String {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { format!("{s}ms") } else { s.to_string() }
-}
-
-fn parse_duration(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 5s or 1m"))?;
-    if d < min || d > max {
-        return Err(format!(
-            "{s} is out of range: use between {} and {}",
-            humantime::format_duration(min),
-            humantime::format_duration(max)
-        ));
-    }
-    Ok(d)
 }
 
 #[cfg(test)]

@@ -1,0 +1,51 @@
+//! A running daemon's Prometheus endpoint, read as a user's scraper does.
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+};
+
+/// A port nobody listens on now (the kernel's choice).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One `GET /metrics` on 127.0.0.1:`port`: the whole response, if 200.
+pub fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+/// The value of the first sample of `metric` whose labels include all of
+/// `labels` (each `name="value"`).
+pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {
+    samples(body, metric, labels).next()
+}
+
+/// The sum of the samples of `metric` whose labels include all of `labels`.
+pub fn sample_sum(body: &str, metric: &str, labels: &[&str]) -> u64 {
+    samples(body, metric, labels).sum()
+}
+
+fn samples<'a>(body: &'a str, metric: &'a str, labels: &'a [&str]) -> impl Iterator<Item = u64> + 'a {
+    let prefix = format!("{metric}{{");
+    body.lines().filter(move |l| l.starts_with(&prefix)).filter_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        labels.iter().all(|want| series.contains(want)).then(|| value.parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_picked_by_their_labels() {
+        let body = "m{a=\"1\",b=\"x\"} 3\nm{a=\"2\",b=\"x\"} 4\nother{a=\"1\"} 9\n";
+        assert_eq!(sample(body, "m", &["a=\"2\""]), Some(4));
+        assert_eq!(sample_sum(body, "m", &["b=\"x\""]), 7);
+        assert_eq!(sample(body, "m", &["a=\"3\""]), None);
+    }
+}

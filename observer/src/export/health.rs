@@ -1,0 +1,167 @@
+//! observer's own health: which hooks run in which mode, what the kernel
+//! side lost or skipped, how rounds go, how full the maps are, and the
+//! exporters' own counts.
+use std::sync::Arc;
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{AsyncInstrument, Meter},
+};
+
+use super::{ExportCounts, ExportStats, reading};
+use crate::snapshot::Published;
+
+/// How observer itself is doing: hooks, kernel-side losses, rounds, maps.
+pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
+    meter
+        .u64_observable_gauge("observer.probe.attached")
+        .with_description("1 for each hook and the mode it is attached in")
+        .with_callback(reading(published, move |st, obs| {
+            for a in &st.kernel.attachments {
+                obs.observe(1, &[KeyValue::new("hook", a.hook), KeyValue::new("mode", a.mode.to_string())]);
+            }
+        }))
+        .build();
+
+    meter
+        .u64_observable_counter("observer.kernel.lost_updates")
+        .with_description("Kernel-side counter updates lost because a map was full (should stay 0)")
+        .with_unit("{update}")
+        .with_callback(reading(published, move |st, obs| {
+            for (map, value) in &st.kernel.lost {
+                obs.observe(*value, &[KeyValue::new("map", *map)]);
+            }
+        }))
+        .build();
+
+    meter
+        .u64_observable_counter("observer.kernel.missed_events")
+        .with_description(
+            "Hook events the kernel did not hand to observer's program because a BPF program was already \
+             running on that CPU (recursion protection; counted by Linux 5.12+ for fentry/tp_btf, 6.7+ for \
+             kprobes and tracepoints). When not 0, counts may be short by up to this many events.",
+        )
+        .with_unit("{event}")
+        .with_callback(reading(published, move |st, obs| {
+            for (hook, program, value) in &st.kernel.missed {
+                obs.observe(*value, &[KeyValue::new("hook", *hook), KeyValue::new("program", *program)]);
+            }
+        }))
+        .build();
+
+    meter
+        .f64_observable_gauge("observer.collection.duration")
+        .with_description(
+            "How long the last read of the kernel maps (and sock_diag sweep) took; near the interval means \
+             collections fall behind",
+        )
+        .with_unit("s")
+        .with_callback(reading(published, move |st, obs| {
+            obs.observe(st.rounds.seconds, &[]);
+        }))
+        .build();
+
+    meter
+        .u64_observable_counter("observer.collection.failures")
+        .with_description("Collections that failed (logged once per streak, retried every interval)")
+        .with_unit("{collection}")
+        .with_callback(reading(published, move |st, obs| {
+            obs.observe(st.rounds.failures, &[]);
+        }))
+        .build();
+
+    type FillPick = fn(&crate::collect::MapFill) -> u64;
+    let fill: [(&str, &str, FillPick); 2] = [
+        ("observer.map.entries", "Entries in each kernel map now (see observer.map.capacity)", |f| f.entries),
+        ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
+    ];
+    for (name, description, pick) in fill {
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{entry}")
+            .with_callback(reading(published, move |st, obs| {
+                for f in &st.kernel.maps {
+                    obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
+                }
+            }))
+            .build();
+    }
+    meter
+        .u64_observable_counter("observer.map.evictions")
+        .with_description(
+            "Entries an LRU map dropped to make room (at least this many): SOCK_OWNERS evictions mean \
+             TIME_WAIT entries charged to no process, INFLIGHT_CONNECTS/THREAD_CONNECTS evictions mean lost \
+             connect() errors; raise --max-sockets when SOCK_OWNERS evicts",
+        )
+        .with_unit("{entry}")
+        .with_callback(reading(published, move |st, obs| {
+            for f in &st.kernel.maps {
+                if let Some(evictions) = f.evictions {
+                    obs.observe(evictions, &[KeyValue::new("map", f.map)]);
+                }
+            }
+        }))
+        .build();
+}
+
+/// The exporters' own counts.
+pub(super) fn register_exports(meter: &Meter, stats: &Arc<ExportStats>) {
+    type ExportPick = fn(&ExportCounts) -> u64;
+    let exports: [(&str, &str, &str, ExportPick); 3] = [
+        (
+            "observer.export.attempts",
+            "Exports attempted, by exporter: Prometheus scrapes served, OTLP pushes sent",
+            "{export}",
+            |c| c.attempts,
+        ),
+        (
+            "observer.export.failures",
+            "Exports that failed, by exporter (OTLP: retried with backoff; cumulative counts arrive complete \
+             once the collector answers again)",
+            "{export}",
+            |c| c.failures,
+        ),
+        (
+            "observer.export.dropped_batches",
+            "OTLP delta batches dropped because the collector was unreachable for longer than the buffer holds",
+            "{batch}",
+            |c| c.dropped,
+        ),
+    ];
+    for (name, description, unit, pick) in exports {
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_unit(unit)
+            .with_callback(counting(stats, move |all, obs| {
+                for (exporter, counts) in all {
+                    obs.observe(pick(counts), &[KeyValue::new("exporter", *exporter)]);
+                }
+            }))
+            .build();
+    }
+
+    meter
+        .u64_observable_gauge("observer.export.pending_batches")
+        .with_description("OTLP batches waiting to be sent (1 at most with cumulative temporality)")
+        .with_unit("{batch}")
+        .with_callback(counting(stats, move |all, obs| {
+            for (exporter, counts) in all.iter().filter(|(e, _)| **e == "otlp") {
+                obs.observe(counts.pending, &[KeyValue::new("exporter", *exporter)]);
+            }
+        }))
+        .build();
+}
+
+/// A callback for an observable instrument on the exporters' counts.
+fn counting(
+    stats: &Arc<ExportStats>,
+    read: impl Fn(&std::collections::BTreeMap<&'static str, ExportCounts>, &dyn AsyncInstrument<u64>)
+    + Send
+    + Sync
+    + 'static,
+) -> impl Fn(&dyn AsyncInstrument<u64>) + Send + Sync + 'static {
+    let stats = stats.clone();
+    move |obs| read(&stats.all(), obs)
+}

@@ -142,7 +142,7 @@ settings! {
     /// percent-encoded). Never logged; --dry-run hides the values.
     #[arg(long, value_name = "KEY=VALUE,...", env = "OTEL_EXPORTER_OTLP_HEADERS", hide_env_values = true,
           help_heading = "OTLP push")]
-    otlp_headers: Headers = Preset::Value(Headers::default()),
+    otlp_headers: Headers = Preset::Unset("no headers"),
 
     /// How long one push may take; a bare number is milliseconds.
     #[arg(long, value_name = "DURATION", env = "OTEL_EXPORTER_OTLP_TIMEOUT", help_heading = "OTLP push")]
@@ -176,9 +176,17 @@ impl Settings {
         };
         let mut merged = flags.or(from_file).or(Self::defaults());
         if merged.otlp_endpoint.is_none() {
-            let Self { otlp_protocol, otlp_headers, otlp_timeout, otlp_interval, otlp_temporality, .. } = &mut merged;
-            (*otlp_protocol, *otlp_headers, *otlp_timeout, *otlp_interval, *otlp_temporality) =
-                (None, None, None, None, None);
+            let Self {
+                otlp_protocol,
+                otlp_headers,
+                otlp_timeout,
+                otlp_interval,
+                otlp_temporality,
+                otlp_certificate,
+                ..
+            } = &mut merged;
+            (*otlp_protocol, *otlp_headers, *otlp_timeout, *otlp_interval, *otlp_temporality, *otlp_certificate) =
+                (None, None, None, None, None, None);
         }
         Ok(merged)
     }
@@ -215,7 +223,7 @@ impl Settings {
         let otlp = s.otlp_endpoint.map(|endpoint| OtlpConfig {
             endpoint: endpoint.0,
             protocol: preset(s.otlp_protocol),
-            headers: preset(s.otlp_headers).0,
+            headers: s.otlp_headers.unwrap_or_default().0,
             timeout: preset(s.otlp_timeout).0,
             interval: preset(s.otlp_interval).0,
             temporality: preset(s.otlp_temporality),

@@ -14,7 +14,7 @@ use aya::{
 use observer_common::{Config, names::programs};
 
 use super::{AttachMode, write_config};
-use crate::error::{Error, report as error_chain};
+use crate::error::{Error, report};
 
 /// How a hook ended up attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -324,11 +324,11 @@ where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
     let prog = ebpf.program_mut(name).ok_or_else(|| format!("program {name} not in the object"))?;
-    prog.try_into().map_err(|e: aya::programs::ProgramError| error_chain(&e))
+    prog.try_into().map_err(|e: aya::programs::ProgramError| report(&e))
 }
 
 fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
-    let err = |e: aya::programs::ProgramError| error_chain(&e);
+    let err = |e: aya::programs::ProgramError| report(&e);
     match *way {
         Way::Fentry { prog, function, twin } => {
             let attach = |ebpf: &mut Ebpf, prog: &str| -> Result<(), String> {

@@ -67,7 +67,8 @@ pub fn test_mode() -> AttachMode {
 
 impl Observer {
     pub fn start() -> Self {
-        let (probes, maps) = Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {e}"));
+        let (probes, maps) =
+            Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {}", observer::error::report(&e)));
         let settings = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() }.round_settings();
         let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), settings);
         // The first round sets the listener baseline, as the daemon's does.

@@ -18,6 +18,19 @@ pub fn scrape(port: u16) -> Option<String> {
     body.starts_with("HTTP/1.1 200").then_some(body)
 }
 
+/// `GET path` on 127.0.0.1:`port`, giving up after `limit` for the
+/// connection and again for the answer: the whole response, if 200.
+pub fn get_within(port: u16, path: &str, limit: std::time::Duration) -> Option<String> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, limit).ok()?;
+    s.set_read_timeout(Some(limit)).ok()?;
+    s.set_write_timeout(Some(limit)).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.1 200").then_some(body)
+}
+
 /// The value of the first sample of `metric` whose labels include all of
 /// `labels` (each `name="value"`).
 pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<u64> {

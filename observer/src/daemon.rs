@@ -53,7 +53,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         .map_err(|source| Error::System { what: "start the collector thread", source })?;
 
     info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
-    let served = http::serve(listener, metrics.clone(), shutdown).await;
+    http::serve(listener, metrics.clone(), shutdown).await;
     // Stop in order: the collector reads the kernel one last time, then the
     // final OTLP push carries those counts.
     let _ = stop_tx.send(());
@@ -64,7 +64,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     }
     metrics.shutdown();
     drop(probes);
-    served.map_err(|source| Error::System { what: "serve the metrics endpoint", source })
+    Ok(())
 }
 
 /// A round every interval until asked to stop, then one more, so the

@@ -1,4 +1,9 @@
-//! The pull endpoint: /metrics (Prometheus text format), /healthz, /readyz.
+//! The pull endpoint: /metrics (Prometheus text format), /healthz, /readyz,
+//! on connections bounded against hostile clients (`connections.rs`).
+mod connections;
+
+pub use connections::MAX_CONNECTIONS;
+
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
@@ -12,18 +17,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })
 }
 
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+/// Serve until `shutdown` resolves; never waits on a client after that.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: impl Future<Output = ()> + Send + 'static) {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         // Ready once serving: the daemon serves only after every hook attached.
         .route("/readyz", get(|| async { "ready\n" }))
         .with_state(metrics);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    connections::serve(listener, app, shutdown).await
 }
 
 async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {

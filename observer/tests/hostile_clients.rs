@@ -1,0 +1,119 @@
+//! Any pod can reach the metrics port (the DaemonSet serves it on the pod
+//! network): clients that never finish their request, flooding it, must
+//! not take the endpoint from the scraper, the daemon's memory past the
+//! DaemonSet's limit, or its shutdown.
+mod common;
+
+use std::{
+    io::{ErrorKind, Write as _},
+    net::{SocketAddr, TcpStream},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::daemon::start_daemon;
+use observer::export::http::MAX_CONNECTIONS;
+use observer_testing::http::get_within;
+
+/// The 400, and twice the endpoint's cap, so it has to make room.
+const SLOW_CLIENTS: usize = if 2 * MAX_CONNECTIONS > 400 { 2 * MAX_CONNECTIONS } else { 400 };
+
+/// `SLOW_CLIENTS` connections, each sending an unfinished request: its
+/// first line, then a header that never ends, 1 KiB at a time (toward the
+/// ~390 KiB that once took the daemon to 150 MiB); a connection the daemon
+/// closes is opened again. Until `stop`; returns how many were opened.
+fn flood(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let chunk = [b'a'; 1024];
+        let opened = AtomicU64::new(0);
+        let open = || {
+            let s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+            s.set_nonblocking(true).ok()?;
+            let _ = (&s).write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Never-Ends: ");
+            opened.fetch_add(1, Ordering::Relaxed);
+            Some(s)
+        };
+        let mut clients: Vec<Option<TcpStream>> = (0..SLOW_CLIENTS).map(|_| open()).collect();
+        while !stop.load(Ordering::Relaxed) {
+            for client in &mut clients {
+                let alive = match client {
+                    Some(s) => match s.write(&chunk) {
+                        Ok(_) => true,
+                        Err(e) => e.kind() == ErrorKind::WouldBlock,
+                    },
+                    None => false,
+                };
+                if !alive {
+                    *client = open();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        opened.load(Ordering::Relaxed)
+    })
+}
+
+/// The DaemonSet's memory limit, in bytes, from the manifest.
+fn manifest_memory_limit() -> u64 {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubernetes/daemonset.yaml"))
+        .expect("daemonset.yaml");
+    let after_limits = manifest.split("limits:").nth(1).expect("resources.limits in the DaemonSet");
+    let memory = after_limits.lines().find_map(|l| l.trim().strip_prefix("memory:")).expect("limits.memory");
+    let mib: u64 = memory.trim().strip_suffix("Mi").expect("a limit in Mi").parse().unwrap();
+    mib * 1024 * 1024
+}
+
+/// Peak resident memory of `pid` (VmHWM), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_flood_of_unfinished_requests_leaves_scrapes_memory_and_shutdown_alone() {
+    // Room for the flood's sockets in this process (and in the daemon,
+    // which inherits the limit), up to the hard limit.
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    assert!(hard > 2 * SLOW_CLIENTS as u64, "RLIMIT_NOFILE's hard limit {hard} is too low for the flood");
+    let mut daemon = start_daemon(&[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooding = flood(daemon.port, stop.clone());
+
+    // Scrapes during the flood, each given a second to connect and a
+    // second to answer, as the user expects.
+    std::thread::sleep(Duration::from_secs(1));
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut scrapes = 0;
+    while Instant::now() < deadline {
+        let body = get_within(daemon.port, "/metrics", Duration::from_secs(1));
+        assert!(
+            body.as_deref().is_some_and(|b| b.contains("observer_probe_attached")),
+            "scrape {scrapes} failed during the flood"
+        );
+        assert!(
+            get_within(daemon.port, "/healthz", Duration::from_secs(1)).is_some(),
+            "/healthz failed during the flood"
+        );
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    let pid = daemon.child.id();
+    let (peak, limit) = (peak_rss(pid), manifest_memory_limit());
+    assert!(peak < limit, "peak RSS {peak} B is over the DaemonSet's limit {limit} B");
+
+    // SIGTERM while the flood goes on: out within 5 s, cleanly.
+    let status = daemon.terminate(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let opened = flooding.join().unwrap();
+    assert!(opened >= SLOW_CLIENTS as u64, "the flood opened only {opened} connections");
+    let status = status.expect("observer still running 5 s after SIGTERM, with clients that never finish");
+    assert!(status.success(), "exit status {status}: {}", daemon.log());
+}

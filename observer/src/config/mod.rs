@@ -199,8 +199,24 @@ impl Settings {
 
     /// Parse a configuration file's text; the error names the line, the
     /// column and the key (toml's message, with the offending line quoted).
+    /// The line is not quoted when it holds the OTLP headers (credentials).
     pub fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+        toml::from_str(text).map_err(|e| {
+            let line_of = |at: usize| text[..at.min(text.len())].matches('\n').count();
+            let secret = e.span().is_some_and(|span| {
+                text.lines().nth(line_of(span.start)).is_some_and(|l| l.trim_start().starts_with("otlp-headers"))
+            });
+            match e.span() {
+                Some(span) if secret => {
+                    let line = line_of(span.start) + 1;
+                    format!(
+                        "TOML parse error at line {line} (otlp-headers, not quoted: it may hold a credential): {}",
+                        e.message().trim_end()
+                    )
+                }
+                _ => e.to_string().trim_end().to_string(),
+            }
+        })
     }
 
     /// The settings as a configuration file (`observer run --dry-run`),

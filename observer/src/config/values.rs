@@ -72,20 +72,74 @@ text_setting!(
     parse: parse_endpoint,
     show: |u: &url::Url, f: &mut fmt::Formatter<'_>| write!(f, "{u}")
 );
-text_setting!(
-    /// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
-    /// OTEL_EXPORTER_OTLP_HEADERS). Shown with their values hidden: they
-    /// are usually credentials.
-    Headers(Vec<(String, String)>),
-    parse: parse_headers,
-    show: |h: &Vec<(String, String)>, f: &mut fmt::Formatter<'_>| {
-        f.write_str(&h.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","))
-    }
-);
+/// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
+/// OTEL_EXPORTER_OTLP_HEADERS). Their values are usually credentials: no
+/// output shows them, not `Display` (`--dry-run`), not `Debug`, not an
+/// error about a malformed one (clap's would quote the whole value).
+#[derive(Clone, Default, PartialEq)]
+pub struct Headers(pub Vec<(String, String)>);
 
-impl Default for Headers {
-    fn default() -> Self {
-        Self(Vec::new())
+impl fmt::Display for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.iter().map(|(k, _)| format!("{k}=<hidden>")).collect::<Vec<_>>().join(","))
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Headers({self})")
+    }
+}
+
+impl FromStr for Headers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_headers(s).map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Headers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+impl Serialize for Headers {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// clap's parser for `--otlp-headers` and OTEL_EXPORTER_OTLP_HEADERS: its
+/// error names the flag and what is wrong, never the value.
+#[derive(Clone)]
+pub struct HeadersParser;
+
+impl clap::builder::ValueParserFactory for Headers {
+    type Parser = HeadersParser;
+    fn value_parser() -> HeadersParser {
+        HeadersParser
+    }
+}
+
+impl clap::builder::TypedValueParser for HeadersParser {
+    type Value = Headers;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Headers, clap::Error> {
+        let flag = arg.and_then(|a| a.get_long()).map_or("headers".to_string(), |l| format!("--{l}"));
+        let invalid = |what: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for {flag} (not shown: it may hold a credential): {what}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        value.to_str().ok_or_else(|| invalid("not UTF-8".into()))?.parse().map_err(invalid)
     }
 }
 
@@ -176,16 +230,18 @@ pub fn parse_endpoint(s: &str) -> Result<url::Url, String> {
 }
 
 /// `key=value,key2=value2`, values percent-decoded (the W3C baggage form
-/// OTEL_EXPORTER_OTLP_HEADERS uses).
+/// OTEL_EXPORTER_OTLP_HEADERS uses). Errors name a header by its place
+/// and never quote what was written: it may be a credential.
 pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for (n, pair) in s.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
+        let place = n + 1;
         let (key, value) = pair
             .split_once('=')
-            .ok_or_else(|| format!("`{pair}` is not key=value (headers: key=value,key2=value2)"))?;
+            .ok_or_else(|| format!("header {place} is not key=value (headers: key=value,key2=value2)"))?;
         let key = key.trim();
         if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-            return Err(format!("`{key}` is not a header name"));
+            return Err(format!("header {place}'s name is not a header name (letters, digits, `-`, `_`, `.`)"));
         }
         let value = percent_encoding::percent_decode_str(value.trim())
             .decode_utf8()

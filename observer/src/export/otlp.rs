@@ -96,7 +96,7 @@ impl TemporalityChoice {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct OtlpConfig {
     /// Base URL of the collector: `http(s)://host:4317` for gRPC; for
     /// HTTP, `/v1/metrics` is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT.
@@ -110,6 +110,22 @@ pub struct OtlpConfig {
     /// A CA certificate (PEM) to trust for an https endpoint, besides the
     /// system's roots (OTEL_EXPORTER_OTLP_CERTIFICATE).
     pub certificate: Option<std::path::PathBuf>,
+}
+
+/// Header values are credentials: never in a Debug output either.
+impl fmt::Debug for OtlpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<String> = self.headers.iter().map(|(k, _)| format!("{k}=<hidden>")).collect();
+        f.debug_struct("OtlpConfig")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("protocol", &self.protocol)
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .field("interval", &self.interval)
+            .field("temporality", &self.temporality)
+            .field("certificate", &self.certificate)
+            .finish()
+    }
 }
 
 impl OtlpConfig {
@@ -181,7 +197,10 @@ impl OtlpConfig {
                 builder.with_temporality(self.temporality.sdk()).build()
             }
             Protocol::HttpProtobuf => {
-                let mut client = reqwest::Client::builder().timeout(self.timeout);
+                // No redirects: a collector that redirects would take the
+                // headers (credentials) to wherever it points.
+                let mut client =
+                    reqwest::Client::builder().timeout(self.timeout).redirect(reqwest::redirect::Policy::none());
                 if let Some(pem) = &ca {
                     let cert = reqwest::Certificate::from_pem(pem).map_err(|e| {
                         bad(format!("CA certificate {}", self.certificate.as_ref().unwrap().display()), e.into())

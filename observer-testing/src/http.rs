@@ -21,14 +21,25 @@ pub fn scrape(port: u16) -> Option<String> {
 /// `GET path` on 127.0.0.1:`port`, giving up after `limit` for the
 /// connection and again for the answer: the whole response, if 200.
 pub fn get_within(port: u16, path: &str, limit: std::time::Duration) -> Option<String> {
+    try_get_within(port, path, limit).ok()
+}
+
+/// `get_within`, saying what went wrong and after how long.
+pub fn try_get_within(port: u16, path: &str, limit: std::time::Duration) -> Result<String, String> {
+    let started = std::time::Instant::now();
+    let failed = |what: &str, e: std::io::Error| format!("{what} failed after {:?}: {e}", started.elapsed());
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, limit).ok()?;
-    s.set_read_timeout(Some(limit)).ok()?;
-    s.set_write_timeout(Some(limit)).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut s = TcpStream::connect_timeout(&addr, limit).map_err(|e| failed("connect", e))?;
+    s.set_read_timeout(Some(limit)).map_err(|e| failed("set_read_timeout", e))?;
+    s.set_write_timeout(Some(limit)).map_err(|e| failed("set_write_timeout", e))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").map_err(|e| failed("write", e))?;
     let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.1 200").then_some(body)
+    s.read_to_string(&mut body).map_err(|e| failed("read", e))?;
+    if body.starts_with("HTTP/1.1 200") {
+        Ok(body)
+    } else {
+        Err(format!("answered after {:?}: {}", started.elapsed(), body.lines().next().unwrap_or("nothing")))
+    }
 }
 
 /// The value of the first sample of `metric` whose labels include all of

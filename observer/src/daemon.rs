@@ -13,6 +13,7 @@ use crate::{
     config::RunConfig,
     error::Error,
     export::{ExportStats, Metrics, http, otlp},
+    health::{Collector, Health},
     node::sock_diag,
     probes::{Attachment, Probes, hooks::Mode},
     round::Rounds,
@@ -44,27 +45,83 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut rounds = Rounds::new(maps, attachments, probes.programs.clone(), config.round_settings());
     let interval = config.interval;
-    let collecting = std::thread::Builder::new()
+    let health = Arc::new(Health::new(published.clone(), interval));
+    let (guard, collector) = health.collector_guard();
+    // Not joined: `collector` says when it ends (a thread stuck on a hung
+    // filesystem must not hold the process at exit).
+    std::thread::Builder::new()
         .name("observer-collect".into())
         .spawn({
             let published = published.clone();
-            move || collect_loop(&mut rounds, &published, interval, &stop_rx)
+            move || {
+                let _guard = guard;
+                collect_loop(&mut rounds, &published, interval, &stop_rx);
+            }
         })
         .map_err(|source| Error::System { what: "start the collector thread", source })?;
 
     info!(address = %config.prometheus_listen, interval = ?interval, "serving /metrics, /healthz, /readyz");
-    http::serve(listener, metrics.clone(), shutdown).await;
+    let stopped = serve_until(listener, metrics.clone(), health, shutdown, collector.clone()).await;
     // Stop in order: the collector reads the kernel one last time, then the
-    // final OTLP push carries those counts.
+    // final OTLP push carries those counts. A collector stuck on a hung
+    // filesystem is not waited for past `LAST_ROUND`.
     let _ = stop_tx.send(());
-    let _ = tokio::task::spawn_blocking(move || collecting.join()).await;
+    let mut collector = collector;
+    let ended = tokio::time::timeout(LAST_ROUND, collector.wait_for(|c| *c != Collector::Running)).await;
+    let last_round = match ended.map(|r| r.map(|c| *c)) {
+        Ok(Ok(Collector::Ended)) => Ok(()),
+        Ok(_) => Err(Error::CollectorGone),
+        Err(_) => {
+            warn!("the last collection round did not end within {LAST_ROUND:?}: exiting without its counts");
+            Err(Error::CollectorStuck { waited: LAST_ROUND })
+        }
+    };
     let _ = stop_push.send(true);
     if let Some(pushing) = pushing {
         let _ = pushing.await;
     }
     metrics.shutdown();
     drop(probes);
-    Ok(())
+    match stopped {
+        Stopped::Asked => last_round,
+        Stopped::CollectorGone => Err(Error::CollectorGone),
+    }
+}
+
+/// How long shutdown waits for the last round.
+const LAST_ROUND: Duration = Duration::from_secs(5);
+
+/// Why the endpoint stopped serving.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    /// SIGTERM/SIGINT (the `shutdown` future).
+    Asked,
+    /// The collector thread ended on its own: nothing is counted any more,
+    /// so the daemon ends with an error and the DaemonSet restarts it.
+    CollectorGone,
+}
+
+/// Serve until asked to stop or until the collector thread is gone.
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    mut collector: tokio::sync::watch::Receiver<Collector>,
+) -> Stopped {
+    let (why_tx, why) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        let stopped = tokio::select! {
+            () = shutdown => Stopped::Asked,
+            _ = collector.wait_for(|c| *c != Collector::Running) => {
+                tracing::error!("the collector thread has ended: stopping, so that observer is restarted");
+                Stopped::CollectorGone
+            }
+        };
+        let _ = why_tx.send(stopped);
+    };
+    http::serve(listener, metrics, health, stop).await;
+    why.await.unwrap_or(Stopped::Asked)
 }
 
 /// A round every interval until asked to stop, then one more, so the

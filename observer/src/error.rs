@@ -61,6 +61,12 @@ pub enum Error {
     #[error("cannot {what}")]
     System { what: &'static str, source: std::io::Error },
 
+    #[error("the collector thread ended: nothing was being counted any more (a bug: please report it with the log)")]
+    CollectorGone,
+
+    #[error("the last collection round did not end within {waited:?} (stuck reading the node?); its counts are lost")]
+    CollectorStuck { waited: std::time::Duration },
+
     #[error("configuration file {path}: {message}")]
     Config { path: PathBuf, message: String },
 

@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod error;
 pub mod export;
+pub mod health;
 pub mod node;
 pub mod probes;
 pub mod round;

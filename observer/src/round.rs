@@ -97,7 +97,11 @@ impl Rounds {
             series: self.series.clone(),
             kernel: self.kernel_health(&deltas),
             node: gauges,
-            rounds: RoundStats { seconds: now.elapsed().as_secs_f64(), failures: self.failures },
+            rounds: RoundStats {
+                seconds: now.elapsed().as_secs_f64(),
+                completed_at: Some(Instant::now()),
+                failures: self.failures,
+            },
         };
         Ok(RoundOutput { deltas, snapshot })
     }

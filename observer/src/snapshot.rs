@@ -57,6 +57,8 @@ pub struct ListenerGauge {
 pub struct RoundStats {
     /// How long the last successful round took.
     pub seconds: f64,
+    /// When the last successful round ended.
+    pub completed_at: Option<std::time::Instant>,
     /// Rounds that failed (each retried at the next interval).
     pub failures: u64,
 }

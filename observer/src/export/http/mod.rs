@@ -10,7 +10,7 @@ use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, rou
 use tokio::net::TcpListener;
 
 use super::Metrics;
-use crate::error::Error;
+use crate::{error::Error, health::Health};
 
 /// Bind first, so a busy port is reported before any eBPF is loaded.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -18,10 +18,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
 }
 
 /// Serve until `shutdown` resolves; never waits on a client after that.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: impl Future<Output = ()> + Send + 'static) {
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(move || healthz(health.clone())))
         // Ready once serving: the daemon serves only after every hook attached.
         .route("/readyz", get(|| async { "ready\n" }))
         .with_state(metrics);
@@ -34,5 +39,13 @@ async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoRespon
             (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
         }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// 200 while counting goes on, 503 with the reason when it has stopped.
+async fn healthz(health: Arc<Health>) -> impl IntoResponse {
+    match health.problem() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {problem}\n")),
     }
 }

@@ -35,7 +35,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     let published = Arc::new(Published::default());
     published.update(|s| s.kernel.attachments.clone_from(&attachments));
     let stats = Arc::new(ExportStats::default());
-    let metrics = Arc::new(Metrics::new(published.clone(), stats.clone(), push_reader)?);
+    let metrics =
+        Arc::new(Metrics::new(published.clone(), stats.clone(), push_reader, config.limits.series_ceiling())?);
     let (stop_push, push_stopped) = tokio::sync::watch::channel(false);
     let pushing = pusher.map(|p| tokio::spawn(p.run(stats, push_stopped)));
 

@@ -24,12 +24,56 @@ use crate::{
 pub struct Limits {
     pub max_processes: usize,
     pub max_destinations: usize,
+    /// Series per counter; beyond, counts go to that counter's fold series.
+    pub max_series: usize,
 }
 
 impl Limits {
-    /// The defaults of `--max-processes` and `--max-destinations`: under
-    /// the OTel SDK's default cardinality limit (2000 per metric).
-    pub const DEFAULT: Self = Self { max_processes: 200, max_destinations: 100 };
+    /// The defaults of `--max-processes`, `--max-destinations` and
+    /// `--max-series`.
+    pub const DEFAULT: Self = Self { max_processes: 200, max_destinations: 100, max_series: 10_000 };
+
+    /// The fold series a counter can have beyond `max_series`: for connect
+    /// errors one per address family and errno (Linux has ~133 errnos).
+    pub const FOLD_SERIES: usize = 2 * 256;
+
+    /// The most series any counter can have: what the OpenTelemetry SDK
+    /// must allow per instrument, so it never folds on its own (its default
+    /// is 2,000, beyond which it drops attributes and counts silently).
+    pub fn series_ceiling(&self) -> usize {
+        self.max_series + Self::FOLD_SERIES
+    }
+}
+
+/// The counters the store keeps, by the instrument that exports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Counter {
+    Connects,
+    Accepts,
+    TimeWaitEntries,
+    ConnectErrors,
+    ListenOverflows,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 5] = [
+        Counter::Connects,
+        Counter::Accepts,
+        Counter::TimeWaitEntries,
+        Counter::ConnectErrors,
+        Counter::ListenOverflows,
+    ];
+
+    /// The instrument's name (export/signals.rs creates it by this name).
+    pub fn instrument(self) -> &'static str {
+        match self {
+            Counter::Connects => "observer.tcp.connects",
+            Counter::Accepts => "observer.tcp.accepts",
+            Counter::TimeWaitEntries => "observer.tcp.time_wait_entries",
+            Counter::ConnectErrors => "observer.tcp.connect_errors",
+            Counter::ListenOverflows => "observer.tcp.listen_overflows",
+        }
+    }
 }
 
 impl Default for Limits {
@@ -116,6 +160,29 @@ pub struct SeriesStore {
     pub time_wait_entries: BTreeMap<ProcSeries, u64>,
     pub connect_errors: BTreeMap<ErrorSeries, u64>,
     pub listen_overflows: BTreeMap<OverflowSeries, u64>,
+    /// Updates charged to an `other` series (a cap reached), per counter.
+    pub folded: BTreeMap<Counter, u64>,
+    /// The caps already reported in the log (once each).
+    reported: BTreeSet<&'static str>,
+}
+
+/// The port of the listen-overflow fold series (no listener has port 0).
+pub const OTHER_PORT: u16 = 0;
+
+/// Add `n` to `series` in `map`, unless it is a new series and `map`
+/// holds `max` already: then to `fold(series)`, one of a bounded few.
+/// True if folded.
+fn add<K: Ord>(map: &mut BTreeMap<K, u64>, series: K, fold: impl FnOnce(&K) -> K, n: u64, max: usize) -> bool {
+    if let Some(total) = map.get_mut(&series) {
+        *total += n;
+        return false;
+    }
+    if map.len() < max {
+        map.insert(series, n);
+        return false;
+    }
+    *map.entry(fold(&series)).or_default() += n;
+    true
 }
 
 /// Pod labels by actor, as a round resolved them (None: a host process).
@@ -159,6 +226,7 @@ impl SeriesStore {
             self.processes.insert(key, Process { pod: pod.clone(), name: name.clone() });
             Who::Process { pid, name, pod }
         } else {
+            self.report("--max-processes", self.limits.max_processes, "processes");
             Who::Other
         }
     }
@@ -177,6 +245,7 @@ impl SeriesStore {
             self.destinations.insert(dest.clone());
             dest
         } else {
+            self.report("--max-destinations", self.limits.max_destinations, "destinations");
             Dest::Other
         }
     }
@@ -192,17 +261,46 @@ impl SeriesStore {
         })
     }
 
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// One log line the first time a cap folds counts, naming what to raise.
+    fn report(&mut self, setting: &'static str, value: usize, what: &str) {
+        if self.reported.insert(setting) {
+            tracing::warn!(
+                "{value} {what} have series of their own ({setting}): further ones are counted as \"other\" \
+                 (totals stay exact; observer_series_folded_total counts the folded updates); raise {setting} \
+                 to keep them apart"
+            );
+        }
+    }
+
+    /// How many series `counter` has.
+    pub fn len(&self, counter: Counter) -> usize {
+        match counter {
+            Counter::Connects => self.connects.len(),
+            Counter::Accepts => self.accepts.len(),
+            Counter::TimeWaitEntries => self.time_wait_entries.len(),
+            Counter::ConnectErrors => self.connect_errors.len(),
+            Counter::ListenOverflows => self.listen_overflows.len(),
+        }
+    }
+
     pub fn apply(&mut self, deltas: &Deltas) {
+        let max = self.limits.max_series;
+        let before: u64 = self.folded.values().sum();
         for (key, d) in &deltas.procs {
             let series =
                 ProcSeries { who: self.who(&key.actor, &deltas.pods), network: NetworkType::from_family(key.family) };
-            for (map, n) in [
-                (&mut self.connects, d.connects),
-                (&mut self.accepts, d.accepts),
-                (&mut self.time_wait_entries, d.time_wait_entries),
+            let fold = |s: &ProcSeries| ProcSeries { who: Who::Other, network: s.network };
+            for (counter, map, n) in [
+                (Counter::Connects, &mut self.connects, d.connects),
+                (Counter::Accepts, &mut self.accepts, d.accepts),
+                (Counter::TimeWaitEntries, &mut self.time_wait_entries, d.time_wait_entries),
             ] {
-                if n > 0 {
-                    *map.entry(series.clone()).or_default() += n;
+                if n > 0 && (add(map, series.clone(), fold, n, max) || series.who == Who::Other) {
+                    *self.folded.entry(counter).or_default() += 1;
                 }
             }
         }
@@ -213,7 +311,11 @@ impl SeriesStore {
                 errno: key.errno,
                 dest: self.dest(dest_addr(key), key.dport),
             };
-            *self.connect_errors.entry(series).or_default() += n;
+            let capped = series.who == Who::Other || series.dest == Dest::Other;
+            let fold = |s: &ErrorSeries| ErrorSeries { who: Who::Other, dest: Dest::Other, ..s.clone() };
+            if add(&mut self.connect_errors, series, fold, *n, max) || capped {
+                *self.folded.entry(Counter::ConnectErrors).or_default() += 1;
+            }
         }
         for drop in &deltas.listen_drops {
             let series = OverflowSeries {
@@ -221,10 +323,18 @@ impl SeriesStore {
                 network: NetworkType::from_family(drop.family),
                 port: drop.port,
             };
-            *self.listen_overflows.entry(series).or_default() += drop.drops;
+            let capped = series.who == Who::Other;
+            let fold = |s: &OverflowSeries| OverflowSeries { who: Who::Other, network: s.network, port: OTHER_PORT };
+            if add(&mut self.listen_overflows, series, fold, drop.drops, max) || capped {
+                *self.folded.entry(Counter::ListenOverflows).or_default() += 1;
+            }
         }
         for pid in &deltas.retired {
             self.retire(*pid);
+        }
+        let series_capped = Counter::ALL.iter().any(|c| self.len(*c) >= max);
+        if series_capped && self.folded.values().sum::<u64>() > before {
+            self.report("--max-series", max, "series per counter");
         }
     }
 
@@ -279,7 +389,7 @@ mod tests {
 
     #[test]
     fn processes_beyond_the_limit_go_to_other_without_losing_counts() {
-        let mut s = SeriesStore::new(Limits { max_processes: 2, max_destinations: 10 });
+        let mut s = SeriesStore::new(Limits { max_processes: 2, max_destinations: 10, ..Limits::DEFAULT });
         s.apply(&Deltas {
             procs: vec![connects(1, 1), connects(2, 1), connects(3, 4), connects(4, 5)],
             ..Default::default()
@@ -292,7 +402,7 @@ mod tests {
 
     #[test]
     fn destinations_beyond_the_limit_go_to_other() {
-        let mut s = SeriesStore::new(Limits { max_processes: 10, max_destinations: 1 });
+        let mut s = SeriesStore::new(Limits { max_processes: 10, max_destinations: 1, ..Limits::DEFAULT });
         s.apply(&Deltas { connect_errors: vec![error(1, 1, 2), error(1, 2, 3)], ..Default::default() });
         let dests: Vec<&Dest> = s.connect_errors.keys().map(|k| &k.dest).collect();
         assert!(matches!(dests[0], Dest::Addr { .. }));
@@ -301,8 +411,27 @@ mod tests {
     }
 
     #[test]
+    fn series_beyond_the_limit_fold_into_one_per_errno_and_nothing_is_lost() {
+        let mut s = SeriesStore::new(Limits { max_series: 2, ..Limits::DEFAULT });
+        s.apply(&Deltas {
+            connect_errors: vec![error(1, 1, 1), error(1, 2, 2), error(1, 3, 3), error(2, 4, 4)],
+            ..Default::default()
+        });
+        assert_eq!(s.connect_errors.len(), 3, "two series and one fold series");
+        let fold = s.connect_errors.keys().find(|k| k.who == Who::Other).unwrap();
+        assert_eq!((&fold.dest, fold.errno), (&Dest::Other, 99));
+        assert_eq!(s.connect_errors[fold], 7);
+        assert_eq!(s.connect_errors.values().sum::<u64>(), 10);
+        assert_eq!(s.folded[&Counter::ConnectErrors], 2);
+        // A series that exists keeps counting; the fold stays bounded.
+        s.apply(&Deltas { connect_errors: vec![error(1, 1, 5), error(3, 5, 1)], ..Default::default() });
+        assert_eq!(s.connect_errors.len(), 3);
+        assert_eq!(s.connect_errors.values().sum::<u64>(), 16);
+    }
+
+    #[test]
     fn retiring_frees_the_slot_and_drops_the_series() {
-        let mut s = SeriesStore::new(Limits { max_processes: 1, max_destinations: 10 });
+        let mut s = SeriesStore::new(Limits { max_processes: 1, max_destinations: 10, ..Limits::DEFAULT });
         s.apply(&Deltas { procs: vec![connects(1, 1)], connect_errors: vec![error(1, 1, 1)], ..Default::default() });
         s.apply(&Deltas { retired: vec![1], ..Default::default() });
         assert!(s.connects.is_empty() && s.connect_errors.is_empty());

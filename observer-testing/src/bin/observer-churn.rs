@@ -73,6 +73,16 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         spread: Option<Duration>,
     },
+    /// One connect() to each port of `ports` on `to` (a scanner, or a
+    /// client meeting ever-new destinations), one after another; prints
+    /// what the kernel answered, like `connect`.
+    Scan {
+        #[arg(long)]
+        to: std::net::IpAddr,
+        /// First and last port, e.g. 20000-20099.
+        #[arg(long, value_parser = port_range)]
+        ports: (u16, u16),
+    },
     /// Benchmark load: a listener and `threads` client threads in this one
     /// process, `connections` cycles of connect, accept, client-first close,
     /// as fast as possible. Prints `cycles=N seconds=S rate=R`.
@@ -117,9 +127,32 @@ fn main() {
             let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
             connect(to, count, hold, close_first, nonblocking, pause)
         }
+        Cmd::Scan { to, ports } => scan(to, ports),
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
         Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
     }
+}
+
+fn port_range(s: &str) -> Result<(u16, u16), String> {
+    let (first, last) = s.split_once('-').ok_or("write FIRST-LAST, e.g. 20000-20099")?;
+    let port = |p: &str| p.parse::<u16>().map_err(|e| format!("`{p}`: {e}"));
+    Ok((port(first)?, port(last)?))
+}
+
+fn scan(to: std::net::IpAddr, (first, last): (u16, u16)) {
+    let mut connected = 0u64;
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for port in first..=last {
+        match TcpStream::connect((to, port)) {
+            Ok(_) => connected += 1,
+            Err(e) => {
+                let name = e.raw_os_error().map(errno_name).unwrap_or_else(|| format!("{:?}", e.kind()));
+                *errors.entry(name).or_default() += 1;
+            }
+        }
+    }
+    let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!("connected={connected} errors={}", errors.join(","));
 }
 
 fn churn(addr: SocketAddr, threads: usize, connections: u64) {

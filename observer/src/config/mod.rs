@@ -96,6 +96,13 @@ settings! {
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_DESTINATIONS")]
     max_destinations: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_destinations as u32)),
 
+    /// Series each counter may have (e.g. connect errors by process, errno
+    /// and destination); beyond it, new ones are counted in an "other"
+    /// series per errno, and observer_series_folded_total says how often.
+    /// Each costs ~300 bytes and one line per scrape.
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_SERIES")]
+    max_series: MaxSeries = Preset::Value(MaxSeries(Limits::DEFAULT.max_series as u32)),
+
     /// Live TCP sockets whose owning process the kernel side remembers, to
     /// charge their TIME_WAIT to it (~100 bytes of kernel memory each);
     /// beyond that the least recently used are forgotten. Raise it when
@@ -253,6 +260,7 @@ impl Settings {
             limits: Limits {
                 max_processes: preset(s.max_processes).0 as usize,
                 max_destinations: preset(s.max_destinations).0 as usize,
+                max_series: preset(s.max_series).0 as usize,
             },
             max_sockets: preset(s.max_sockets).0,
             proc_root: preset(s.proc_root),
@@ -295,6 +303,7 @@ mod tests {
             attach-mode = "tracepoint"
             max-processes = 50
             max-destinations = 20
+            max-series = 5000
             max-sockets = 262144
             proc-root = "/host/proc"
             kernel-btf = "/btf/vmlinux"
@@ -316,6 +325,7 @@ mod tests {
         assert_eq!(c.attach_mode, Some(AttachMode::Tracepoint));
         assert_eq!((c.max_processes, c.max_destinations), (Some(SeriesLimit(50)), Some(SeriesLimit(20))));
         assert_eq!(c.max_sockets, Some(MaxSockets(262_144)));
+        assert_eq!(c.max_series, Some(MaxSeries(5000)));
         assert_eq!(c.proc_root, Some(PathBuf::from("/host/proc")));
         assert_eq!(c.kernel_btf, Some(PathBuf::from("/btf/vmlinux")));
         assert_eq!(c.cgroup_root, Some(PathBuf::from("/host/sys/fs/cgroup")));

@@ -183,6 +183,11 @@ number_setting!(
     1..=10_000
 );
 number_setting!(
+    /// How many series each counter may have.
+    MaxSeries,
+    100..=1_000_000
+);
+number_setting!(
     /// How many sockets' owners the kernel side remembers (SOCK_OWNERS).
     /// Below 1024 the LRU map's per-CPU free lists would evict from the
     /// start; above 4Mi entries the map alone needs ~400 MiB of kernel

@@ -9,6 +9,7 @@ use opentelemetry::{
 };
 
 use super::{ExportCounts, ExportStats, reading};
+use crate::series::Counter;
 use crate::snapshot::Published;
 
 /// How observer itself is doing: hooks, kernel-side losses, rounds, maps.
@@ -100,6 +101,47 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
                 if let Some(evictions) = f.evictions {
                     obs.observe(evictions, &[KeyValue::new("map", f.map)]);
                 }
+            }
+        }))
+        .build();
+}
+
+/// How many series each counter has, its limit, and how often a cap folded
+/// an update into an `other` series.
+pub(super) fn register_series(meter: &Meter, published: &Arc<Published>) {
+    type Pick = fn(&crate::series::SeriesStore, Counter) -> u64;
+    let gauges: [(&str, &str, Pick); 2] = [
+        ("observer.series.usage", "Series each counter has now (see observer.series.limit)", |s, c| s.len(c) as u64),
+        (
+            "observer.series.limit",
+            "Series a counter may have (--max-series); beyond, new ones are counted in an other series per errno",
+            |s, _| s.limits().max_series as u64,
+        ),
+    ];
+    for (name, description, pick) in gauges {
+        meter
+            .u64_observable_gauge(name)
+            .with_description(description)
+            .with_unit("{series}")
+            .with_callback(reading(published, move |st, obs| {
+                for counter in Counter::ALL {
+                    obs.observe(pick(&st.series, counter), &[KeyValue::new("instrument", counter.instrument())]);
+                }
+            }))
+            .build();
+    }
+    meter
+        .u64_observable_counter("observer.series.folded")
+        .with_description(
+            "Updates of a counter charged to an other series because a cap was reached (--max-processes, \
+             --max-destinations, --max-series): totals stay exact, the process or destination is lost; raise \
+             the cap named in the log",
+        )
+        .with_unit("{update}")
+        .with_callback(reading(published, move |st, obs| {
+            for counter in Counter::ALL {
+                let folded = st.series.folded.get(&counter).copied().unwrap_or(0);
+                obs.observe(folded, &[KeyValue::new("instrument", counter.instrument())]);
             }
         }))
         .build();

@@ -42,10 +42,13 @@ impl Metrics {
     /// One MeterProvider for both exports: the Prometheus registry and,
     /// when OTLP push is on, its reader; so both carry the same
     /// instruments, names, units and values.
+    /// `series_ceiling`: the most series one instrument can have
+    /// (`Limits::series_ceiling`), the SDK's cardinality limit.
     pub fn new(
         published: Arc<Published>,
         stats: Arc<ExportStats>,
         push: Option<otlp::SharedReader>,
+        series_ceiling: usize,
     ) -> Result<Self, Error> {
         let registry = prometheus::Registry::new();
         let exporter = opentelemetry_prometheus::exporter()
@@ -62,7 +65,17 @@ impl Metrics {
             )
             .build()
             .map_err(|e| Error::Export { what: "Prometheus exporter".into(), source: e.into() })?;
-        let mut builder = SdkMeterProvider::builder().with_reader(exporter).with_resource(resource::from_environment());
+        // The SDK folds what is past its cardinality limit (2,000 by default)
+        // into one series without attributes, losing who and where; our
+        // own caps fold with the errno kept and count it. So the SDK may
+        // hold every series our caps allow, and never folds.
+        let no_sdk_folding = move |_: &opentelemetry_sdk::metrics::Instrument| {
+            opentelemetry_sdk::metrics::Stream::builder().with_cardinality_limit(series_ceiling).build().ok()
+        };
+        let mut builder = SdkMeterProvider::builder()
+            .with_reader(exporter)
+            .with_resource(resource::from_environment())
+            .with_view(no_sdk_folding);
         if let Some(reader) = push {
             builder = builder.with_reader(reader);
         }
@@ -71,6 +84,7 @@ impl Metrics {
         signals::register(&meter, &published);
         health::register(&meter, &published);
         health::register_exports(&meter, &stats);
+        health::register_series(&meter, &published);
         gauges::register_ceilings(&meter, &published);
         gauges::register_open_files(&meter, &published);
         Ok(Self { provider, registry, stats })

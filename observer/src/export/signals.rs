@@ -6,23 +6,21 @@ use opentelemetry::{KeyValue, metrics::Meter};
 
 use super::{errno_name, reading, who_attrs};
 use crate::{
-    series::{Dest, ProcSeries, SeriesStore},
+    series::{Counter, Dest, OTHER_PORT, ProcSeries, SeriesStore},
     snapshot::Published,
 };
 
 /// The counters of the signals, per process (and destination, port).
 pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
     type ProcPick = fn(&SeriesStore) -> &std::collections::BTreeMap<ProcSeries, u64>;
-    let per_process: [(&str, &str, ProcPick); 3] = [
-        ("observer.tcp.connects", "TCP connection attempts (SYN sent) by process", |s| &s.connects),
-        ("observer.tcp.accepts", "TCP connections accepted by process", |s| &s.accepts),
-        ("observer.tcp.time_wait_entries", "TCP sockets of the process that entered TIME_WAIT", |s| {
-            &s.time_wait_entries
-        }),
+    let per_process: [(Counter, &str, ProcPick); 3] = [
+        (Counter::Connects, "TCP connection attempts (SYN sent) by process", |s| &s.connects),
+        (Counter::Accepts, "TCP connections accepted by process", |s| &s.accepts),
+        (Counter::TimeWaitEntries, "TCP sockets of the process that entered TIME_WAIT", |s| &s.time_wait_entries),
     ];
-    for (name, description, pick) in per_process {
+    for (counter, description, pick) in per_process {
         meter
-            .u64_observable_counter(name)
+            .u64_observable_counter(counter.instrument())
             .with_description(description)
             .with_unit("{connection}")
             .with_callback(reading(published, move |st, obs| {
@@ -36,7 +34,7 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
     }
 
     meter
-        .u64_observable_counter("observer.tcp.connect_errors")
+        .u64_observable_counter(Counter::ConnectErrors.instrument())
         .with_description("connect() failures by process, errno (error.type) and destination")
         .with_unit("{error}")
         .with_callback(reading(published, move |st, obs| {
@@ -60,7 +58,7 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
         .build();
 
     meter
-        .u64_observable_counter("observer.tcp.listen_overflows")
+        .u64_observable_counter(Counter::ListenOverflows.instrument())
         .with_description(
             "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
         )
@@ -69,7 +67,11 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
             for (s, value) in &st.series.listen_overflows {
                 let mut attrs = Vec::with_capacity(4);
                 who_attrs(&s.who, s.network, &mut attrs);
-                attrs.push(KeyValue::new("server.port", s.port as i64));
+                if s.port == OTHER_PORT {
+                    attrs.push(KeyValue::new("server.port", "other"));
+                } else {
+                    attrs.push(KeyValue::new("server.port", s.port as i64));
+                }
                 obs.observe(*value, &attrs);
             }
         }))

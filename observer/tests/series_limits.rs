@@ -1,0 +1,95 @@
+//! Past 2,000 series the OpenTelemetry SDK folded counts on its own into
+//! one series without attributes, and lost some: 25 processes refused by
+//! 100 ports each (2,500 series) once showed 2,000 series summing to 2,000,
+//! plus `otel_metric_overflow="true"` 1. Now the SDK holds every series
+//! observer's caps allow, and observer's own series cap folds into an
+//! `other` series that keeps the errno, counted in
+//! observer_series_folded_total, with every count kept.
+mod common;
+
+use std::{process::Stdio, time::Duration};
+
+use common::daemon::{Daemon, scrape_until, start_daemon};
+use observer_testing::{ClientReport, Netns, churn};
+
+const SCANNERS: usize = 25;
+const PORTS: u64 = 100;
+
+/// The samples of `metric` (value, labels) whose labels contain `want`.
+fn samples<'a>(body: &'a str, metric: &str, want: &'a str) -> impl Iterator<Item = (u64, &'a str)> + 'a {
+    let prefix = format!("{metric}{{");
+    body.lines().filter(move |l| l.starts_with(&prefix) && l.contains(want)).filter_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        Some((value.parse().ok()?, series))
+    })
+}
+
+/// ECONNREFUSED counted for `pids` (their own series) and in `other`.
+fn refused(body: &str, pids: &[u32]) -> (u64, usize, u64) {
+    let mine: Vec<(u64, &str)> = samples(body, "observer_tcp_connect_errors_total", "ECONNREFUSED")
+        .filter(|(_, s)| pids.iter().any(|p| s.contains(&format!("process_pid=\"{p}\""))))
+        .collect();
+    let other: u64 = samples(body, "observer_tcp_connect_errors_total", "process_pid=\"other\"")
+        .filter(|(_, s)| s.contains("ECONNREFUSED"))
+        .map(|(v, _)| v)
+        .sum();
+    (mine.iter().map(|(v, _)| v).sum(), mine.len(), other)
+}
+
+fn folded(body: &str) -> u64 {
+    samples(body, "observer_series_folded_total", "instrument=\"observer.tcp.connect_errors\"").map(|(v, _)| v).sum()
+}
+
+#[test]
+fn thousands_of_series_are_all_kept_or_folded_by_observer_never_by_the_sdk() {
+    // Destinations are not what is capped here (the host's own traffic
+    // may add some to the scanners' 100).
+    let defaults = start_daemon(&["--max-destinations", "1000"]);
+    let capped = start_daemon(&["--max-destinations", "1000", "--max-series", "1000"]);
+    let ns = Netns::new();
+    // Nothing listens: every connect() is refused.
+    let scanners: Vec<_> = (0..SCANNERS)
+        .map(|_| {
+            ns.command(&churn())
+                .args(["scan", "--to", "127.0.0.1", "--ports", &format!("20000-{}", 20000 + PORTS - 1)])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut pids = Vec::new();
+    let mut seen = 0;
+    for scanner in scanners {
+        let pid = scanner.id();
+        let out = scanner.wait_with_output().unwrap();
+        seen += ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap()).errors("ECONNREFUSED");
+        pids.push(pid);
+    }
+    assert_eq!(seen, SCANNERS as u64 * PORTS, "the scanners saw a refusal per port");
+
+    let counted = |daemon: &Daemon| {
+        scrape_until(daemon, Duration::from_secs(30), |b| {
+            let (mine, _, other) = refused(b, &pids);
+            mine + other >= seen
+        })
+    };
+    // Default series limit: 2,500 series, each its own, none folded by the
+    // SDK.
+    let body = counted(&defaults);
+    let (mine, series, other) = refused(&body, &pids);
+    assert_eq!((mine, series, other), (seen, seen as usize, 0), "every series its own, exact");
+    assert!(!body.contains("otel_metric_overflow"), "the SDK folded series");
+    assert_eq!(folded(&body), 0);
+
+    // --max-series 1000: observer folds, keeping every count and the errno.
+    let body = counted(&capped);
+    let (mine, series, other) = refused(&body, &pids);
+    assert_eq!(mine + other, seen, "nothing lost: {mine} in own series + {other} in other");
+    assert!(series <= 1000 && other > 0, "{series} own series, {other} folded counts");
+    assert_eq!(folded(&body), other, "each folded update is counted (one refusal per series here)");
+    assert!(!body.contains("otel_metric_overflow"), "the SDK folded series");
+    let limit: Vec<u64> =
+        samples(&body, "observer_series_limit", "instrument=\"observer.tcp.connect_errors\"").map(|(v, _)| v).collect();
+    assert_eq!(limit, [1000]);
+    assert!(capped.log().contains("raise --max-series"), "{}", capped.log());
+}

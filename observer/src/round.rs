@@ -83,8 +83,7 @@ impl Rounds {
     pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
         let mut node = node::sweep(&self.settings.proc_root);
         self.trend.update(now, &mut node);
-        let listeners: Vec<_> = node.listeners().copied().collect();
-        let deltas = match self.collector.collect(now, self.settings.grace, &listeners) {
+        let deltas = match self.collector.collect(now, self.settings.grace, &node) {
             Ok(deltas) => deltas,
             Err(e) => {
                 self.failures += 1;

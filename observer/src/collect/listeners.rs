@@ -5,11 +5,21 @@
 //! those are the baseline, not counted. A listener first seen later was
 //! created while observer ran, so all its drops are new.
 //!
+//! A namespace can be missing from a sweep and back in the next (its one
+//! known process exited, entering it failed, its `ip netns` handle was
+//! unmounted for a while): its listeners are not forgotten then, or their
+//! whole `sk_drops` would count again when they reappear. Listeners of a
+//! namespace are forgotten when a sweep of that namespace no longer has
+//! them, or when the namespace has been missing for `MISSING_FOR`.
+//!
 //! The owner is the process that called listen(), recorded by the eBPF
 //! side. A listener opened before observer started has no such record; its
 //! owner is then found once through /proc (the process holding the socket's
 //! inode) and cached for the listener's lifetime.
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
 
 use observer_common::{Actor, ListenerKey};
 
@@ -25,10 +35,17 @@ pub struct ListenerDrops {
     pub drops: u64,
 }
 
+/// How long the listeners of a namespace missing from the sweeps are
+/// remembered: past that, the namespace is taken to be gone.
+pub const MISSING_FOR: Duration = Duration::from_secs(600);
+
 #[derive(Default)]
 pub struct ListenerTracker {
-    /// Last `sk_drops` per listener, by socket cookie (unique per boot).
-    last: HashMap<u64, u32>,
+    /// Last `sk_drops` per listener and its namespace, by socket cookie
+    /// (unique per boot).
+    last: HashMap<u64, (u32, u32)>,
+    /// Namespaces with listeners that the latest sweeps missed, since when.
+    missing: HashMap<u32, Instant>,
     /// Each listener's owner, resolved once when first seen (None: not
     /// found), by cookie.
     owners: HashMap<u64, Option<Actor>>,
@@ -39,9 +56,12 @@ impl ListenerTracker {
     /// Resolve the owners of listeners seen for the first time: what the
     /// eBPF side recorded at listen() (`owner_of`), else one /proc scan for
     /// all of them (`owners_by_inode`); then the drops since the last scan.
+    /// `swept`: the namespaces this sweep read (`listeners` are theirs).
     pub fn update(
         &mut self,
+        now: Instant,
         listeners: &[Listener],
+        swept: &HashSet<u32>,
         owner_of: impl Fn(&ListenerKey) -> Option<Actor>,
         owners_by_inode: impl FnOnce(&HashSet<u32>) -> HashMap<u32, Actor>,
     ) -> Vec<ListenerDrops> {
@@ -71,17 +91,27 @@ impl ListenerTracker {
         for l in listeners {
             alive.insert(l.cookie);
             let baseline = if self.first_scan_done { 0 } else { l.drops };
-            let last = *self.last.entry(l.cookie).or_insert(baseline);
+            let (_, last) = *self.last.entry(l.cookie).or_insert((l.netns, baseline));
             let delta = since(last as u64, l.drops as u64);
-            self.last.insert(l.cookie, l.drops);
+            self.last.insert(l.cookie, (l.netns, l.drops));
             if delta > 0 {
                 let owner = self.owner(l.cookie).unwrap_or_default();
                 out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
             }
         }
-        // Forget closed listeners so the maps stay as big as what exists.
-        self.last.retain(|cookie, _| alive.contains(cookie));
-        self.owners.retain(|cookie, _| alive.contains(cookie));
+        // Forget closed listeners, so the maps stay as big as what exists;
+        // those of a namespace this sweep missed stay, for a while.
+        let missing = &mut self.missing;
+        missing.retain(|netns, _| !swept.contains(netns));
+        for (netns, _) in self.last.values() {
+            if !swept.contains(netns) {
+                missing.entry(*netns).or_insert(now);
+            }
+        }
+        missing.retain(|_, since| now.duration_since(*since) < MISSING_FOR);
+        self.last.retain(|cookie, (netns, _)| alive.contains(cookie) || missing.contains_key(netns));
+        let last = &self.last;
+        self.owners.retain(|cookie, _| last.contains_key(cookie));
         self.first_scan_done = true;
         out
     }
@@ -110,6 +140,11 @@ mod tests {
         }
     }
 
+    /// Every test listener is in namespace 1, swept each time.
+    fn swept() -> HashSet<u32> {
+        [1].into()
+    }
+
     fn owner(tgid: u32) -> Actor {
         Actor { tgid, ..Default::default() }
     }
@@ -117,16 +152,18 @@ mod tests {
     #[test]
     fn drops_before_start_are_a_baseline() {
         let mut t = ListenerTracker::default();
-        assert!(t.update(&[listener(1, 5)], |_| Some(owner(7)), |_| HashMap::new()).is_empty());
-        let d = t.update(&[listener(1, 8)], |_| Some(owner(7)), |_| HashMap::new());
+        assert!(
+            t.update(Instant::now(), &[listener(1, 5)], &swept(), |_| Some(owner(7)), |_| HashMap::new()).is_empty()
+        );
+        let d = t.update(Instant::now(), &[listener(1, 8)], &swept(), |_| Some(owner(7)), |_| HashMap::new());
         assert_eq!(d, vec![ListenerDrops { owner: owner(7), family: 2, port: 8080, drops: 3 }]);
     }
 
     #[test]
     fn listener_created_after_start_counts_all_its_drops() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| HashMap::new());
-        let d = t.update(&[listener(2, 4)], |_| Some(owner(9)), |_| HashMap::new());
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
+        let d = t.update(Instant::now(), &[listener(2, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new());
         assert_eq!(d[0].drops, 4);
         assert_eq!(d[0].owner.tgid, 9);
     }
@@ -134,24 +171,43 @@ mod tests {
     #[test]
     fn unknown_owner_is_tgid_zero_and_closed_listeners_are_forgotten() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| HashMap::new());
-        let d = t.update(&[listener(3, 1)], |_| None, |_| HashMap::new());
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
+        let d = t.update(Instant::now(), &[listener(3, 1)], &swept(), |_| None, |_| HashMap::new());
         assert_eq!(d[0].owner.tgid, 0);
-        t.update(&[], |_| None, |_| HashMap::new());
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         assert!(t.last.is_empty());
+    }
+
+    /// A namespace missing from a sweep (entering it failed, its handle
+    /// was unmounted) and back in the next: its drops are not counted again.
+    #[test]
+    fn a_namespace_missing_from_a_sweep_does_not_count_its_drops_twice() {
+        let mut t = ListenerTracker::default();
+        let start = Instant::now();
+        t.update(start, &[], &swept(), |_| None, |_| HashMap::new());
+        assert_eq!(t.update(start, &[listener(5, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new())[0].drops, 4);
+        // The next sweep misses namespace 1 altogether.
+        assert!(t.update(start, &[], &HashSet::new(), |_| None, |_| HashMap::new()).is_empty());
+        // Back with 2 more drops: 2, not 6.
+        let d = t.update(start, &[listener(5, 6)], &swept(), |_| Some(owner(9)), |_| HashMap::new());
+        assert_eq!(d[0].drops, 2);
+        // Missing for longer than MISSING_FOR: taken to be gone.
+        t.update(start, &[], &HashSet::new(), |_| None, |_| HashMap::new());
+        t.update(start + MISSING_FOR, &[], &HashSet::new(), |_| None, |_| HashMap::new());
+        assert!(t.last.is_empty() && t.missing.is_empty());
     }
 
     #[test]
     fn owner_found_by_inode_is_looked_up_once_and_cached() {
         let mut t = ListenerTracker::default();
-        t.update(&[], |_| None, |_| HashMap::new());
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         let lookups = std::cell::Cell::new(0);
         let by_inode = |inodes: &HashSet<u32>| {
             lookups.set(lookups.get() + 1);
             inodes.iter().filter(|i| **i == 104).map(|i| (*i, owner(42))).collect()
         };
-        assert_eq!(t.update(&[listener(4, 1)], |_| None, by_inode)[0].owner.tgid, 42);
-        assert_eq!(t.update(&[listener(4, 3)], |_| None, by_inode)[0].owner.tgid, 42);
+        assert_eq!(t.update(Instant::now(), &[listener(4, 1)], &swept(), |_| None, by_inode)[0].owner.tgid, 42);
+        assert_eq!(t.update(Instant::now(), &[listener(4, 3)], &swept(), |_| None, by_inode)[0].owner.tgid, 42);
         assert_eq!(lookups.get(), 1);
         assert_eq!(t.owner(4).map(|a| a.tgid), Some(42));
     }

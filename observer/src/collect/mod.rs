@@ -26,7 +26,7 @@ use crate::{
         resolver::{Lookup, Resolver},
     },
     error::Error,
-    node::{owners, sock_diag},
+    node::{NodeReading, owners, sock_diag},
 };
 
 /// The maps the collector reads, taken out of the loaded object.
@@ -135,12 +135,9 @@ impl Collector {
     /// One collection: the kernel maps, and the listeners of every
     /// namespace as the round's reading of the node just dumped them.
     /// `grace` is how long a process's series outlive it.
-    pub fn collect(
-        &mut self,
-        now: Instant,
-        grace: Duration,
-        listeners: &[sock_diag::Listener],
-    ) -> Result<Deltas, Error> {
+    pub fn collect(&mut self, now: Instant, grace: Duration, node: &NodeReading) -> Result<Deltas, Error> {
+        let listeners: Vec<sock_diag::Listener> = node.listeners().copied().collect();
+        let swept: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
         let mut deltas = Deltas::default();
         self.note_exits(now)?;
 
@@ -207,7 +204,9 @@ impl Collector {
 
         let proc_root = &self.proc_root;
         deltas.listen_drops = self.listeners.update(
-            listeners,
+            now,
+            &listeners,
+            &swept,
             |key| self.maps.listeners.get(key, 0).ok(),
             |inodes| owners::owners_of_sockets(proc_root, inodes),
         );

@@ -140,13 +140,13 @@ pub struct OverflowSeries {
     pub port: u16,
 }
 
-/// A process with series of its own.
+/// A process with series of its own, named as when first seen: the pod
+/// labels and the executable name are kept, so a process's series never
+/// change labels (a process that renames itself, `prctl(PR_SET_NAME)`,
+/// would otherwise get a new series per name, past every cap).
 #[derive(Clone, Debug)]
 struct Process {
-    /// The pod labels it got when first seen (kept, so a process's series
-    /// never change labels).
     pod: Option<Arc<PodLabels>>,
-    /// Its executable name as last seen (what its gauges show).
     name: String,
 }
 
@@ -213,15 +213,15 @@ impl SeriesStore {
     }
 
     /// Who `actor`'s counts are charged to: its own series while there is
-    /// room under `max_processes` (with the pod labels of `pods`, kept from
-    /// then on), else `other`.
+    /// room under `max_processes` (with its name and the pod labels of
+    /// `pods`, kept from then on), else `other`.
     fn who(&mut self, actor: &Actor, pods: &Pods) -> Who {
-        let (pid, key, name) = (actor.tgid, pod_key(actor), name_of(actor));
-        if let Some(process) = self.processes.get_mut(&key) {
-            process.name.clone_from(&name);
-            return Who::Process { pid, name, pod: process.pod.clone() };
+        let (pid, key) = (actor.tgid, pod_key(actor));
+        if let Some(process) = self.processes.get(&key) {
+            return Who::Process { pid, name: process.name.clone(), pod: process.pod.clone() };
         }
         if self.processes.len() < self.limits.max_processes {
+            let name = name_of(actor);
             let pod = pods.get(&key).cloned().flatten();
             self.processes.insert(key, Process { pod: pod.clone(), name: name.clone() });
             Who::Process { pid, name, pod }
@@ -459,6 +459,22 @@ mod tests {
             matches!(whos[0], (Who::Process { pid: 1, pod: Some(p), .. }, 3) if p.pod_name.as_deref() == Some("api-1"))
         );
         assert!(matches!(whos[1], (Who::Process { pid: 2, pod: None, .. }, 3)));
+    }
+
+    #[test]
+    fn a_process_that_renames_itself_keeps_one_series_and_its_first_name() {
+        let mut s = SeriesStore::new(Limits { max_processes: 1, ..Limits::DEFAULT });
+        let renamed = |n: u64, comm: &str| {
+            (
+                ProcKey { actor: actor(7, comm), family: AF_INET, _pad: [0; 3] },
+                ProcCounters { connects: n, ..Default::default() },
+            )
+        };
+        s.apply(&Deltas { procs: vec![renamed(1, "worker-1"), renamed(2, "worker-2")], ..Default::default() });
+        s.apply(&Deltas { procs: vec![renamed(3, "worker-3")], ..Default::default() });
+        let series: Vec<(&Who, &u64)> = s.connects.iter().map(|(k, v)| (&k.who, v)).collect();
+        assert!(matches!(series[..], [(Who::Process { pid: 7, name, .. }, 6)] if name == "worker-1"), "{series:?}");
+        assert!(!s.folded.contains_key(&Counter::Connects), "no fold: it is one process");
     }
 
     #[test]

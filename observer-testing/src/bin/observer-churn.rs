@@ -72,6 +72,10 @@ enum Cmd {
         /// back to back (so a scraper sees the counts grow).
         #[arg(long, value_parser = humantime::parse_duration)]
         spread: Option<Duration>,
+        /// Before each attempt, rename this process (`prctl(PR_SET_NAME)`,
+        /// what `ps` and observer see): churn-0, churn-1, ...
+        #[arg(long)]
+        rename: bool,
     },
     /// One connect() to each port of `ports` on `to` (a scanner, or a
     /// client meeting ever-new destinations), one after another; prints
@@ -122,10 +126,10 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread } => {
+        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread, rename } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
             let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
-            connect(to, count, hold, close_first, nonblocking, pause)
+            connect(to, count, hold, close_first, nonblocking, pause, rename)
         }
         Cmd::Scan { to, ports } => scan(to, ports),
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
@@ -289,13 +293,18 @@ fn connect(
     close_first: Close,
     nonblocking: Option<Nonblocking>,
     pause: Option<Duration>,
+    rename: bool,
 ) {
     let mut connected = 0u64;
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut held = Vec::new();
-    for _ in 0..count {
+    for attempt in 0..count {
         if let Some(pause) = pause {
             std::thread::sleep(pause);
+        }
+        if rename {
+            let name = std::ffi::CString::new(format!("churn-{attempt}")).expect("no NUL");
+            nix::sys::prctl::set_name(&name).expect("prctl(PR_SET_NAME)");
         }
         let result = match nonblocking {
             Some(how) => connect_nonblocking(to, how),

@@ -76,6 +76,10 @@ enum Cmd {
         /// what `ps` and observer see): churn-0, churn-1, ...
         #[arg(long)]
         rename: bool,
+        /// Connect from a second thread while the main (leader) thread
+        /// ends (like pthread_exit): the process runs on without its leader.
+        #[arg(long)]
+        leader_exits: bool,
     },
     /// One connect() to each port of `ports` on `to` (a scanner, or a
     /// client meeting ever-new destinations), one after another; prints
@@ -126,10 +130,20 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread, rename } => {
+        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread, rename, leader_exits } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
             let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
-            connect(to, count, hold, close_first, nonblocking, pause, rename)
+            let run = move || connect(to, count, hold, close_first, nonblocking, pause, rename);
+            if leader_exits {
+                std::thread::spawn(run);
+                // The exit system call ends only the calling (leader) thread,
+                // as pthread_exit would, without the unwinding that Rust's
+                // main refuses; the process ends when the other thread does.
+                // SAFETY: this thread holds no lock and touches nothing after.
+                unsafe { nix::libc::syscall(nix::libc::SYS_exit, 0) };
+                unreachable!("the exit system call returned");
+            }
+            run()
         }
         Cmd::Scan { to, ports } => scan(to, ports),
         Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),

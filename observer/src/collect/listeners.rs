@@ -116,6 +116,11 @@ impl ListenerTracker {
         out
     }
 
+    /// The processes that own a listener now.
+    pub fn owner_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.owners.values().flatten().map(|a| a.tgid)
+    }
+
     /// The owner of the listener with this cookie, if known.
     pub fn owner(&self, cookie: u64) -> Option<Actor> {
         self.owners.get(&cookie).copied().flatten()

@@ -26,7 +26,7 @@ use crate::{
         resolver::{Lookup, Resolver},
     },
     error::Error,
-    node::{NodeReading, owners, sock_diag},
+    node::{self, NodeReading, owners, sock_diag},
 };
 
 /// The maps the collector reads, taken out of the loaded object.
@@ -62,7 +62,10 @@ pub struct Collector {
     maps: KernelMaps,
     last_procs: HashMap<ProcKey, ProcCounters>,
     last_errors: HashMap<ConnectErrorKey, u64>,
+    /// Processes that have ended, since when (their grace period).
     exited_at: HashMap<u32, Instant>,
+    /// Exit notices of this round, to check against /proc.
+    noticed: HashSet<u32>,
     listeners: ListenerTracker,
     proc_root: PathBuf,
     resolver: Resolver,
@@ -84,6 +87,7 @@ impl Collector {
             last_procs: HashMap::new(),
             last_errors: HashMap::new(),
             exited_at: HashMap::new(),
+            noticed: HashSet::new(),
             listeners: ListenerTracker::default(),
             proc_root,
             resolver: Resolver::spawn(attributor),
@@ -139,7 +143,7 @@ impl Collector {
         let listeners: Vec<sock_diag::Listener> = node.listeners().copied().collect();
         let swept: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
         let mut deltas = Deltas::default();
-        self.note_exits(now)?;
+        self.note_exits();
 
         let mut seen_procs = Vec::new();
         for item in self.maps.proc_counters.iter() {
@@ -185,6 +189,24 @@ impl Collector {
             evictions: None,
         });
 
+        // A process's exit notice can be missed (EXITED full) or early (its
+        // leader thread ended, the process runs on): /proc decides, for the
+        // processes with entries, the ones noticed, and listener owners.
+        let candidates: HashSet<u32> = seen_procs
+            .iter()
+            .map(|k| k.actor.tgid)
+            .chain(seen_errors.iter().map(|k| k.actor.tgid))
+            .chain(self.noticed.drain())
+            .chain(self.listeners.owner_pids())
+            .filter(|tgid| *tgid != 0 && !self.exited_at.contains_key(tgid))
+            .collect();
+        for tgid in candidates {
+            if node::process::is_running(&self.proc_root, tgid) {
+                continue;
+            }
+            self.exited_at.insert(tgid, now);
+        }
+
         // Retire processes whose grace period is over: their final counts
         // were just read above, so deleting their entries loses nothing.
         let expired: Vec<u32> =
@@ -222,15 +244,14 @@ impl Collector {
         Ok(deltas)
     }
 
-    /// Move exit notices from the kernel map into userspace, where the grace
-    /// period is timed.
-    fn note_exits(&mut self, now: Instant) -> Result<(), Error> {
+    /// Take the kernel's exit notices (leader threads that exited); /proc
+    /// decides below whether their process has ended (`collect`).
+    fn note_exits(&mut self) {
         let tgids: Vec<u32> = self.maps.exited.keys().filter_map(Result::ok).collect();
         for tgid in tgids {
-            self.exited_at.entry(tgid).or_insert(now);
+            self.noticed.insert(tgid);
             let _ = self.maps.exited.remove(&tgid);
         }
-        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod files;
 pub mod netns;
 pub mod owners;
+pub mod process;
 pub mod settings;
 pub mod sock_diag;
 pub mod trend;

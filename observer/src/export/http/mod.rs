@@ -12,9 +12,23 @@ use tokio::net::TcpListener;
 use super::Metrics;
 use crate::{error::Error, health::Health};
 
+/// Connections the kernel queues for the endpoint before it accepts them
+/// (the kernel caps it at net.core.somaxconn). Above tokio's 1024: while
+/// a flood of clients cycles through `MAX_CONNECTIONS`, a scraper's SYN
+/// must find room, not wait for its retransmission a second later.
+const BACKLOG: u32 = 4096;
+
 /// Bind first, so a busy port is reported before any eBPF is loaded.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })
+    let listen = || {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        // As std and tokio do: a restarted observer binds despite the
+        // previous one's connections in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(BACKLOG)
+    };
+    listen().map_err(|source| Error::Listen { addr, source })
 }
 
 /// Serve until `shutdown` resolves; never waits on a client after that.

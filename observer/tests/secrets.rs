@@ -39,7 +39,8 @@ fn a_token_in_the_headers_appears_in_no_output() {
     let bad_file = bad_file.to_str().unwrap();
     let unterminated = unterminated.to_str().unwrap();
     // (what, arguments, environment, the exit code it must end with)
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, i32)> = vec![
+    type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, i32);
+    let cases: Vec<Case> = vec![
         ("malformed variable", vec!["run", "--dry-run"], vec![endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", &malformed)], 2),
         ("malformed flag", vec!["run", "--dry-run", "--otlp-headers", &no_equals], vec![endpoint], 2),
         ("--help with the variable set", vec!["run", "--help"], vec![("OTEL_EXPORTER_OTLP_HEADERS", &good)], 0),

@@ -1,7 +1,6 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenerKey, ProcCounters, ProcKey,
-    ThreadConnect,
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey, ThreadConnect,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
@@ -14,7 +13,6 @@ unsafe impl aya::Pod for ListenerKey {}
 unsafe impl aya::Pod for InflightConnect {}
 unsafe impl aya::Pod for ThreadConnect {}
 unsafe impl aya::Pod for Config {}
-unsafe impl aya::Pod for KeysCreated {}
 unsafe impl aya::Pod for KernelOffsets {}
 
 impl Actor {

@@ -16,7 +16,7 @@ use std::{
 
 use common::daemon::start_daemon;
 use observer::export::http::MAX_CONNECTIONS;
-use observer_testing::http::try_get_within;
+use observer_testing::http::{sample, try_get_within};
 
 /// The 400, and twice the endpoint's cap, so it has to make room.
 const SLOW_CLIENTS: usize = if 2 * MAX_CONNECTIONS > 400 { 2 * MAX_CONNECTIONS } else { 400 };
@@ -103,6 +103,12 @@ fn a_flood_of_unfinished_requests_leaves_scrapes_memory_and_shutdown_alone() {
         scrapes += 1;
         std::thread::sleep(Duration::from_millis(300));
     }
+
+    // The cap was reached: the closed connections are counted and logged.
+    let body = try_get_within(daemon.port, "/metrics", Duration::from_secs(1)).unwrap();
+    let evicted = sample(&body, "observer_http_connections_closed_total", &["reason=\"evicted\""]);
+    assert!(evicted.is_some_and(|n| n > 0), "evictions counted: {evicted:?}");
+    assert!(daemon.log().contains("at its cap of"), "{}", daemon.log());
 
     let pid = daemon.child.id();
     let (peak, limit) = (peak_rss(pid), manifest_memory_limit());

@@ -147,6 +147,24 @@ pub(super) fn register_series(meter: &Meter, published: &Arc<Published>) {
         .build();
 }
 
+/// Connections the metrics endpoint's cap closed or refused.
+pub(super) fn register_connections(meter: &Meter, stats: &Arc<super::http::ConnectionStats>) {
+    let stats = stats.clone();
+    meter
+        .u64_observable_counter("observer.http.connections.closed")
+        .with_description(
+            "Connections to the metrics endpoint closed by its cap of open connections: evicted (the oldest \
+             without a request, to make room) or refused (every one busy); clients that never finish a request",
+        )
+        .with_unit("{connection}")
+        .with_callback(move |obs| {
+            use std::sync::atomic::Ordering::Relaxed;
+            obs.observe(stats.evicted.load(Relaxed), &[KeyValue::new("reason", "evicted")]);
+            obs.observe(stats.refused.load(Relaxed), &[KeyValue::new("reason", "refused")]);
+        })
+        .build();
+}
+
 /// The exporters' own counts.
 pub(super) fn register_exports(meter: &Meter, stats: &Arc<ExportStats>) {
     type ExportPick = fn(&ExportCounts) -> u64;

@@ -36,6 +36,7 @@ pub struct Metrics {
     provider: SdkMeterProvider,
     registry: prometheus::Registry,
     stats: Arc<ExportStats>,
+    connections: Arc<http::ConnectionStats>,
 }
 
 impl Metrics {
@@ -85,9 +86,11 @@ impl Metrics {
         health::register(&meter, &published);
         health::register_exports(&meter, &stats);
         health::register_series(&meter, &published);
+        let connections = Arc::new(http::ConnectionStats::default());
+        health::register_connections(&meter, &connections);
         gauges::register_ceilings(&meter, &published);
         gauges::register_open_files(&meter, &published);
-        Ok(Self { provider, registry, stats })
+        Ok(Self { provider, registry, stats, connections })
     }
 
     /// The Prometheus text exposition of every instrument (one scrape).
@@ -107,6 +110,11 @@ impl Metrics {
             });
         counted(encoded.is_err());
         encoded
+    }
+
+    /// What the endpoint's connection cap closed, for it to count into.
+    pub fn connection_stats(&self) -> Arc<http::ConnectionStats> {
+        self.connections.clone()
     }
 
     pub fn shutdown(&self) {

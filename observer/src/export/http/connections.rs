@@ -41,6 +41,14 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
+/// Connections the cap closed to make room, and new ones it refused
+/// (`observer_http_connections_closed_total{reason}`).
+#[derive(Default)]
+pub struct ConnectionStats {
+    pub evicted: AtomicU64,
+    pub refused: AtomicU64,
+}
+
 /// What a connection is doing, for `make_room`.
 #[derive(Default)]
 struct Activity {
@@ -58,8 +66,14 @@ struct Open {
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    stats: Arc<ConnectionStats>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let epoch = Instant::now();
+    let mut warned_at: Option<Instant> = None;
     let mut tasks = JoinSet::new();
     // Oldest first.
     let mut open: Vec<Open> = Vec::new();
@@ -87,8 +101,22 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl std::futur
                         continue;
                     }
                 };
-                if open.len() >= MAX_CONNECTIONS && !make_room(&mut open, epoch) {
-                    continue; // `stream` is dropped: the client sees a close
+                if open.len() >= MAX_CONNECTIONS {
+                    // One line a minute at most while at the cap.
+                    if warned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                        tracing::warn!(
+                            "metrics endpoint at its cap of {MAX_CONNECTIONS} open connections (clients that never \
+                             finish a request?): closing the oldest without a request to make room; \
+                             observer_http_connections_closed_total counts them"
+                        );
+                        warned_at = Some(Instant::now());
+                    }
+                    if make_room(&mut open, epoch) {
+                        stats.evicted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        stats.refused.fetch_add(1, Ordering::Relaxed);
+                        continue; // `stream` is dropped: the client sees a close
+                    }
                 }
                 let activity = Arc::new(Activity::default());
                 let abort = tasks.spawn(connection(stream, app.clone(), activity.clone(), epoch));

@@ -2,7 +2,7 @@
 //! on connections bounded against hostile clients (`connections.rs`).
 mod connections;
 
-pub use connections::MAX_CONNECTIONS;
+pub use connections::{ConnectionStats, MAX_CONNECTIONS};
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -38,13 +38,14 @@ pub async fn serve(
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    let stats = metrics.connection_stats();
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(move || healthz(health.clone())))
         // Ready once serving: the daemon serves only after every hook attached.
         .route("/readyz", get(|| async { "ready\n" }))
         .with_state(metrics);
-    connections::serve(listener, app, shutdown).await
+    connections::serve(listener, app, stats, shutdown).await
 }
 
 async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {

@@ -13,7 +13,7 @@ use crate::{
     config::RunConfig,
     error::Error,
     export::{ExportStats, Metrics, http, otlp},
-    health::{Collector, Health},
+    health::{CollectorState, Health},
     node::sock_diag,
     probes::{Attachment, Probes, hooks::Mode},
     round::Rounds,
@@ -44,7 +44,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // thread for sock_diag), so rounds run on their own thread; the channel
     // both paces it and tells it to stop.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let mut rounds = Rounds::new(maps, attachments, probes.programs.clone(), config.round_settings());
+    let mut rounds = Rounds::new(maps, attachments, probes.programs.clone(), &config);
     let interval = config.interval;
     let health = Arc::new(Health::new(published.clone(), interval));
     let (guard, collector) = health.collector_guard();
@@ -68,9 +68,9 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // filesystem is not waited for past `LAST_ROUND`.
     let _ = stop_tx.send(());
     let mut collector = collector;
-    let ended = tokio::time::timeout(LAST_ROUND, collector.wait_for(|c| *c != Collector::Running)).await;
+    let ended = tokio::time::timeout(LAST_ROUND, collector.wait_for(|c| *c != CollectorState::Running)).await;
     let last_round = match ended.map(|r| r.map(|c| *c)) {
-        Ok(Ok(Collector::Ended)) => Ok(()),
+        Ok(Ok(CollectorState::Ended)) => Ok(()),
         Ok(_) => Err(Error::CollectorGone),
         Err(_) => {
             warn!("the last collection round did not end within {LAST_ROUND:?}: exiting without its counts");
@@ -108,13 +108,13 @@ async fn serve_until(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    mut collector: tokio::sync::watch::Receiver<Collector>,
+    mut collector: tokio::sync::watch::Receiver<CollectorState>,
 ) -> Stopped {
     let (why_tx, why) = tokio::sync::oneshot::channel();
     let stop = async move {
         let stopped = tokio::select! {
             () = shutdown => Stopped::Asked,
-            _ = collector.wait_for(|c| *c != Collector::Running) => {
+            _ = collector.wait_for(|c| *c != CollectorState::Running) => {
                 tracing::error!("the collector thread has ended: stopping, so that observer is restarted");
                 Stopped::CollectorGone
             }

@@ -54,15 +54,15 @@ impl Health {
     /// ends, by a panic too), the daemon is told through the returned
     /// receiver. (Joining the thread instead would block the runtime's
     /// shutdown on a thread stuck on a hung filesystem.)
-    pub fn collector_guard(self: &Arc<Self>) -> (CollectorGuard, tokio::sync::watch::Receiver<Collector>) {
-        let (ended, watch) = tokio::sync::watch::channel(Collector::Running);
+    pub fn collector_guard(self: &Arc<Self>) -> (CollectorGuard, tokio::sync::watch::Receiver<CollectorState>) {
+        let (ended, watch) = tokio::sync::watch::channel(CollectorState::Running);
         (CollectorGuard { health: self.clone(), ended }, watch)
     }
 }
 
 /// What became of the collector thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Collector {
+pub enum CollectorState {
     Running,
     Ended,
     Panicked,
@@ -70,13 +70,13 @@ pub enum Collector {
 
 pub struct CollectorGuard {
     health: Arc<Health>,
-    ended: tokio::sync::watch::Sender<Collector>,
+    ended: tokio::sync::watch::Sender<CollectorState>,
 }
 
 impl Drop for CollectorGuard {
     fn drop(&mut self) {
         self.health.collector_running.store(false, Ordering::Relaxed);
-        let how = if std::thread::panicking() { Collector::Panicked } else { Collector::Ended };
+        let how = if std::thread::panicking() { CollectorState::Panicked } else { CollectorState::Ended };
         self.ended.send_replace(how);
     }
 }
@@ -105,7 +105,7 @@ mod tests {
             panic!("a bug in a round");
         });
         assert!(thread.join().is_err());
-        assert_eq!(*watch.borrow(), Collector::Panicked, "the daemon is told");
+        assert_eq!(*watch.borrow(), CollectorState::Panicked, "the daemon is told");
         assert!(health.problem().is_some_and(|p| p.contains("collector thread has ended")));
     }
 }

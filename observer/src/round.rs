@@ -12,25 +12,13 @@ use observer_common::{lost, names::maps};
 use crate::{
     attribution::Attributor,
     collect::{Collector, Deltas, KernelMaps},
+    config::RunConfig,
     error::Error,
     node::{self, NodeReading, files, trend::PortTrend},
     probes::{Attachment, ProgramHandle},
-    series::{Limits, SeriesStore},
+    series::SeriesStore,
     snapshot::{KernelHealth, ListenerGauge, NodeGauges, RoundStats, Snapshot},
 };
-
-/// Where a round reads the node, and how long series outlive a process.
-#[derive(Clone, Debug)]
-pub struct RoundSettings {
-    /// The host's /proc.
-    pub proc_root: PathBuf,
-    /// The cgroup v2 mount (None: found in /proc/self/mountinfo).
-    pub cgroup_root: Option<PathBuf>,
-    /// kubelet's pod log directory.
-    pub pod_logs: PathBuf,
-    pub grace: Duration,
-    pub limits: Limits,
-}
 
 /// What one round produced: the deltas it applied (the kernel tests sum
 /// them) and the snapshot for the exporters.
@@ -44,7 +32,10 @@ pub struct Rounds {
     collector: Collector,
     series: SeriesStore,
     trend: PortTrend,
-    settings: RoundSettings,
+    /// The host's /proc, where the node is read.
+    proc_root: PathBuf,
+    /// How long a process's series outlive it.
+    grace: Duration,
     attachments: Vec<Attachment>,
     programs: Vec<ProgramHandle>,
     failures: u64,
@@ -55,14 +46,15 @@ impl Rounds {
         maps: KernelMaps,
         attachments: Vec<Attachment>,
         programs: Vec<ProgramHandle>,
-        settings: RoundSettings,
+        config: &RunConfig,
     ) -> Self {
-        let attributor = Attributor::new(&settings.proc_root, settings.cgroup_root.clone(), settings.pod_logs.clone());
+        let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
         Self {
-            collector: Collector::new(maps, settings.proc_root.clone(), attributor),
-            series: SeriesStore::new(settings.limits),
+            collector: Collector::new(maps, config.proc_root.clone(), attributor),
+            series: SeriesStore::new(config.limits),
             trend: PortTrend::default(),
-            settings,
+            proc_root: config.proc_root.clone(),
+            grace: config.grace,
             attachments,
             programs,
             failures: 0,
@@ -81,9 +73,9 @@ impl Rounds {
 
     /// One round, started at `now`.
     pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
-        let mut node = node::sweep(&self.settings.proc_root);
+        let mut node = node::sweep(&self.proc_root);
         self.trend.update(now, &mut node);
-        let deltas = match self.collector.collect(now, self.settings.grace, &node) {
+        let deltas = match self.collector.collect(now, self.grace, &node) {
             Ok(deltas) => deltas,
             Err(e) => {
                 self.failures += 1;
@@ -123,7 +115,7 @@ impl Rounds {
                 namespaces.push((netns.name, usage));
             }
         }
-        let proc_root = &self.settings.proc_root;
+        let proc_root = &self.proc_root;
         let open_files = self
             .series
             .processes()

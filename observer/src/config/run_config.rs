@@ -2,7 +2,7 @@
 //! them. Each setting is defined (and defaulted) once, in `Settings`.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use crate::{export::otlp::OtlpConfig, probes::AttachMode, round::RoundSettings, series::Limits};
+use crate::{export::otlp::OtlpConfig, probes::AttachMode, series::Limits};
 
 /// The settings the daemon runs with, typed; made from the merged
 /// `config::Settings` (`Settings::resolve`), where each one is defined.
@@ -31,18 +31,5 @@ impl Default for RunConfig {
     /// Every setting at its default (config.rs has them).
     fn default() -> Self {
         super::Settings::defaults().resolve()
-    }
-}
-
-impl RunConfig {
-    /// What each collection round needs of the settings.
-    pub fn round_settings(&self) -> RoundSettings {
-        RoundSettings {
-            proc_root: self.proc_root.clone(),
-            cgroup_root: self.cgroup_root.clone(),
-            pod_logs: self.pod_logs.clone(),
-            grace: self.grace,
-            limits: self.limits,
-        }
     }
 }

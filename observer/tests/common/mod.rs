@@ -69,8 +69,8 @@ impl Observer {
     pub fn start() -> Self {
         let (probes, maps) =
             Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {}", observer::error::report(&e)));
-        let settings = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() }.round_settings();
-        let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), settings);
+        let config = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() };
+        let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), &config);
         // The first round sets the listener baseline, as the daemon's does.
         rounds.run(Instant::now()).unwrap();
         Self { probes, rounds, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }

@@ -136,6 +136,39 @@ pub struct Config {
     /// 1: no `tcp_time_wait` hook attached; `sock_state` counts TIME_WAIT
     /// entries from state changes (with `time_wait_backup` behind it).
     pub time_wait_from_state: u32,
+    /// Which of the two buffers of counter maps the programs count into
+    /// now (0 or 1); userspace reads and empties the other (see `buffers`).
+    pub buffer: u32,
+    pub _pad: u32,
+}
+
+/// The counter maps come in two buffers, so they hold recent activity, not
+/// every key ever seen: the programs count into the buffer `Config::buffer`
+/// names; each round userspace switches it, waits until no program can
+/// still be counting into the old one (an RCU grace period: every program
+/// runs inside an RCU read-side section), then reads the old one whole and
+/// empties it. Each count is read exactly once, and a map holds only the
+/// keys of one interval. Within an interval, one process may create at
+/// most `KEYS_PER_PROCESS` keys in a map; beyond, its counts go to a
+/// coarser key (connect errors: the destination folded, `FOLDED_DADDR`;
+/// process counters: the name left out), so its totals stay exact and no
+/// process can fill a map for the others.
+pub mod buffers {
+    pub const COUNT: u32 = 2;
+    /// A sixteenth of each map (16,384 entries by default).
+    pub const KEYS_PER_PROCESS: u64 = 1024;
+    /// The destination of a connect-error key whose process met more than
+    /// `KEYS_PER_PROCESS` destinations in one interval: no IPv4 key has
+    /// bytes 4..16 set, no IPv6 connect goes to ffff:...:ffff.
+    pub const FOLDED_DADDR: [u8; 16] = [0xff; 16];
+}
+
+/// Keys one process created in a buffer's counter maps (key: tgid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeysCreated {
+    pub proc_counters: u64,
+    pub connect_errors: u64,
 }
 
 /// The sockets whose TIME_WAIT entry a CPU counted last (see time_wait.rs
@@ -207,6 +240,7 @@ const _: () = {
     assert!(size_of::<ListenerKey>() == 8);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 8);
+    assert!(size_of::<Config>() == 16);
+    assert!(size_of::<KeysCreated>() == 16);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

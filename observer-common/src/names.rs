@@ -7,8 +7,14 @@
 /// Maps, by the name of their `static` in observer-ebpf's `maps.rs`.
 pub mod maps {
     pub const CONFIG: &str = "CONFIG";
+    /// The counter maps: two buffers each (see `buffers`), exported under
+    /// these names.
     pub const PROC_COUNTERS: &str = "PROC_COUNTERS";
     pub const CONNECT_ERRORS: &str = "CONNECT_ERRORS";
+    /// Buffer by buffer.
+    pub const PROC_COUNTERS_BUFFERS: [&str; 2] = ["PROC_COUNTERS_0", "PROC_COUNTERS_1"];
+    pub const CONNECT_ERRORS_BUFFERS: [&str; 2] = ["CONNECT_ERRORS_0", "CONNECT_ERRORS_1"];
+    pub const KEYS_CREATED_BUFFERS: [&str; 2] = ["KEYS_CREATED_0", "KEYS_CREATED_1"];
     pub const SOCK_OWNERS: &str = "SOCK_OWNERS";
     pub const LISTENERS: &str = "LISTENERS";
     pub const INFLIGHT_CONNECTS: &str = "INFLIGHT_CONNECTS";

@@ -1,6 +1,7 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey, ThreadConnect,
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenerKey, ProcCounters, ProcKey,
+    ThreadConnect,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
@@ -13,6 +14,7 @@ unsafe impl aya::Pod for ListenerKey {}
 unsafe impl aya::Pod for InflightConnect {}
 unsafe impl aya::Pod for ThreadConnect {}
 unsafe impl aya::Pod for Config {}
+unsafe impl aya::Pod for KeysCreated {}
 unsafe impl aya::Pod for KernelOffsets {}
 
 impl Actor {

@@ -5,10 +5,20 @@
 //! other CPU ever touches this copy). The bpf target offers no atomic
 //! read-modify-write through `core::sync::atomic`, hence the one line of asm:
 //! BPF_ATOMIC | BPF_ADD, which every kernel we support has.
-use aya_ebpf::maps::LruHashMap;
-use observer_common::{Actor, ConnectErrorKey, ProcCounters, ProcKey, lost, lru};
+//!
+//! The counter maps come in two buffers (observer-common's `buffers`):
+//! each update goes to the one `Config::buffer` names when it starts.
+use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
+use observer_common::{
+    Actor, ConnectErrorKey, KeysCreated, ProcCounters, ProcKey,
+    buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
+    lost, lru,
+};
 
-use crate::maps::{CONNECT_ERRORS, LOST, LRU_CHURN, PROC_COUNTERS};
+use crate::maps::{
+    CONNECT_ERRORS_0, CONNECT_ERRORS_1, KEYS_CREATED_0, KEYS_CREATED_1, LOST, LRU_CHURN, PROC_COUNTERS_0,
+    PROC_COUNTERS_1, config,
+};
 
 #[derive(Clone, Copy)]
 pub enum ProcCounter {
@@ -66,22 +76,67 @@ fn add_to(array: &aya_ebpf::maps::PerCpuArray<u64>, slot: u32) {
     }
 }
 
-/// Add one to `counter` of (`actor`, `family`), creating the entry if needed.
+/// The buffer the programs count into now.
 #[inline(always)]
-pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
-    let key = ProcKey { actor: *actor, family, _pad: [0; 3] };
-    let value = match PROC_COUNTERS.get_ptr_mut(&key) {
+fn buffer() -> u32 {
+    config().buffer
+}
+
+/// Whether the process may create one more key in the buffer's connect
+/// errors map (`errors`) or process counters map, counting it if so.
+#[inline(always)]
+fn may_create_key(keys: &HashMap<u32, KeysCreated>, tgid: u32, errors: bool) -> bool {
+    let created = match keys.get_ptr_mut(&tgid) {
         Some(v) => v,
         None => {
-            // BPF_NOEXIST: if another CPU created the entry meanwhile, the
-            // insert fails and the lookup below finds theirs.
-            let _ = PROC_COUNTERS.insert(&key, &ProcCounters::default(), 1);
-            match PROC_COUNTERS.get_ptr_mut(&key) {
+            let _ = keys.insert(&tgid, &KeysCreated::default(), 1);
+            match keys.get_ptr_mut(&tgid) {
                 Some(v) => v,
-                None => return count_lost(lost::PROC_COUNTERS_FULL),
+                // No room to keep count: let it create (the map's own
+                // capacity still bounds it).
+                None => return true,
             }
         }
     };
+    // SAFETY: `created` points into the map value, valid for the program's run.
+    let count = unsafe { if errors { &raw mut (*created).connect_errors } else { &raw mut (*created).proc_counters } };
+    // SAFETY: as above.
+    if unsafe { core::ptr::read_volatile(count) } >= KEYS_PER_PROCESS {
+        return false;
+    }
+    add(count, 1);
+    true
+}
+
+/// The value of `key` in `map`, created if needed (BPF_NOEXIST: if another
+/// CPU created it meanwhile, the insert fails and the lookup finds theirs).
+#[inline(always)]
+fn value_of<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &V) -> Option<*mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let _ = map.insert(key, zero, 1);
+    map.get_ptr_mut(key)
+}
+
+/// Add one to `counter` of (`actor`, `family`), creating the entry if needed.
+#[inline(always)]
+pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
+    let (map, keys) =
+        if buffer() == 0 { (&PROC_COUNTERS_0, &KEYS_CREATED_0) } else { (&PROC_COUNTERS_1, &KEYS_CREATED_1) };
+    let mut key = ProcKey { actor: *actor, family, _pad: [0; 3] };
+    let value = match map.get_ptr_mut(&key) {
+        Some(v) => Some(v),
+        None => {
+            // A process over its share (one that renames itself without
+            // end) counts under its name-less key.
+            if !may_create_key(keys, actor.tgid, false) {
+                key.actor.comm = [0; 16];
+            }
+            value_of(map, &key, &ProcCounters::default())
+        }
+    };
+    let Some(value) = value else { return count_lost(lost::PROC_COUNTERS_FULL) };
     // SAFETY: `value` is this CPU's copy of the entry.
     let slot = unsafe {
         match counter {
@@ -96,15 +151,23 @@ pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
 /// Count one connect() failure.
 #[inline(always)]
 pub fn bump_connect_error(key: &ConnectErrorKey) {
-    let value = match CONNECT_ERRORS.get_ptr_mut(key) {
-        Some(v) => v,
+    let (map, keys) =
+        if buffer() == 0 { (&CONNECT_ERRORS_0, &KEYS_CREATED_0) } else { (&CONNECT_ERRORS_1, &KEYS_CREATED_1) };
+    let value = match map.get_ptr_mut(key) {
+        Some(v) => Some(v),
         None => {
-            let _ = CONNECT_ERRORS.insert(key, &0, 1);
-            match CONNECT_ERRORS.get_ptr_mut(key) {
-                Some(v) => v,
-                None => return count_lost(lost::CONNECT_ERRORS_FULL),
+            // A process over its share of destinations (a scanner) counts
+            // under its folded destination: its totals per errno stay exact.
+            let mut key = *key;
+            if !may_create_key(keys, key.actor.tgid, true) {
+                key.daddr = FOLDED_DADDR;
+                key.dport = 0;
             }
+            value_of(map, &key, &0)
         }
     };
-    add(value, 1);
+    match value {
+        Some(v) => add(v, 1),
+        None => count_lost(lost::CONNECT_ERRORS_FULL),
+    }
 }

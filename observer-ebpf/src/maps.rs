@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use observer_common::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, ListenerKey, ProcCounters, ProcKey,
+    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenerKey, ProcCounters, ProcKey,
     RecentlyCounted, ThreadConnect, capacity, lost, lru,
 };
 
@@ -54,15 +54,29 @@ pub fn config() -> Config {
     CONFIG.get(0).copied().unwrap_or_default()
 }
 
-/// connects, accepts, TIME_WAIT entries per process and family.
+/// connects, accepts, TIME_WAIT entries per process and family; two
+/// buffers (observer-common's `buffers`).
 #[map]
-pub static PROC_COUNTERS: PerCpuHashMap<ProcKey, ProcCounters> =
+pub static PROC_COUNTERS_0: PerCpuHashMap<ProcKey, ProcCounters> =
+    PerCpuHashMap::with_max_entries(capacity::PROC_COUNTERS, 0);
+#[map]
+pub static PROC_COUNTERS_1: PerCpuHashMap<ProcKey, ProcCounters> =
     PerCpuHashMap::with_max_entries(capacity::PROC_COUNTERS, 0);
 
-/// connect() failures per process, destination and errno.
+/// connect() failures per process, destination and errno; two buffers.
 #[map]
-pub static CONNECT_ERRORS: PerCpuHashMap<ConnectErrorKey, u64> =
+pub static CONNECT_ERRORS_0: PerCpuHashMap<ConnectErrorKey, u64> =
     PerCpuHashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
+#[map]
+pub static CONNECT_ERRORS_1: PerCpuHashMap<ConnectErrorKey, u64> =
+    PerCpuHashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
+
+/// Keys each process created in the buffer's counter maps (key: tgid), for
+/// `buffers::KEYS_PER_PROCESS`; two buffers, emptied with the counters.
+#[map]
+pub static KEYS_CREATED_0: HashMap<u32, KeysCreated> = HashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
+#[map]
+pub static KEYS_CREATED_1: HashMap<u32, KeysCreated> = HashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
 
 /// Who owns a socket (key: `struct sock *`), recorded in process context
 /// (connect, accept, listen) so softirq-time events can be attributed.

@@ -13,7 +13,7 @@ use std::{
     sync::Arc,
 };
 
-use observer_common::{AF_INET6, Actor, ConnectErrorKey};
+use observer_common::{AF_INET6, Actor, ConnectErrorKey, buffers};
 
 use crate::{
     attribution::{PodKey, PodLabels, pod_key},
@@ -276,6 +276,19 @@ impl SeriesStore {
         }
     }
 
+    /// One log line the first time the kernel folds a process's
+    /// destinations (`buffers::KEYS_PER_PROCESS`).
+    fn report_kernel_fold(&mut self) {
+        if self.reported.insert("KEYS_PER_PROCESS") {
+            tracing::warn!(
+                "a process met more than {} destinations within one interval (a scanner?): its further connect() \
+                 errors of that interval count with server_address=\"other\", its totals per errno stay exact; \
+                 a shorter --interval keeps more destinations apart",
+                buffers::KEYS_PER_PROCESS
+            );
+        }
+    }
+
     /// How many series `counter` has.
     pub fn len(&self, counter: Counter) -> usize {
         match counter {
@@ -305,11 +318,19 @@ impl SeriesStore {
             }
         }
         for (key, n) in &deltas.connect_errors {
+            let dest = if key.daddr == buffers::FOLDED_DADDR {
+                // Folded in the kernel: the process met more destinations
+                // in one interval than its share of the map.
+                self.report_kernel_fold();
+                Dest::Other
+            } else {
+                self.dest(dest_addr(key), key.dport)
+            };
             let series = ErrorSeries {
                 who: self.who(&key.actor, &deltas.pods),
                 network: NetworkType::from_family(key.family),
                 errno: key.errno,
-                dest: self.dest(dest_addr(key), key.dport),
+                dest,
             };
             let capped = series.who == Who::Other || series.dest == Dest::Other;
             let fold = |s: &ErrorSeries| ErrorSeries { who: Who::Other, dest: Dest::Other, ..s.clone() };

@@ -4,6 +4,7 @@
 //! Kernel counters only grow, except when userspace deletes an entry (a
 //! process retired after its grace period); a key seen with a value below
 //! the last one read was deleted and recreated, so its whole value is new.
+mod buffers;
 mod holdback;
 mod listeners;
 mod lru;
@@ -15,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray};
+pub use buffers::Buffers;
 pub use listeners::{ListenerDrops, ListenerTracker};
 pub use lru::{LruMaps, MapFill};
 use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost, names::maps};
@@ -31,8 +33,7 @@ use crate::{
 
 /// The maps the collector reads, taken out of the loaded object.
 pub struct KernelMaps {
-    pub proc_counters: PerCpuHashMap<MapData, ProcKey, ProcCounters>,
-    pub connect_errors: PerCpuHashMap<MapData, ConnectErrorKey, u64>,
+    pub counters: Buffers,
     pub listeners: AyaHashMap<MapData, ListenerKey, Actor>,
     pub exited: AyaHashMap<MapData, u32, u32>,
     pub lost: PerCpuArray<MapData, u64>,
@@ -60,8 +61,9 @@ pub struct Deltas {
 
 pub struct Collector {
     maps: KernelMaps,
-    last_procs: HashMap<ProcKey, ProcCounters>,
-    last_errors: HashMap<ConnectErrorKey, u64>,
+    /// Processes with counts since they were last retired: checked
+    /// against /proc for an exit whose notice was missed.
+    known: HashSet<u32>,
     /// Processes that have ended, since when (their grace period).
     exited_at: HashMap<u32, Instant>,
     /// Exit notices of this round, to check against /proc.
@@ -84,8 +86,7 @@ impl Collector {
     pub fn new(maps: KernelMaps, proc_root: PathBuf, attributor: Attributor) -> Self {
         Self {
             maps,
-            last_procs: HashMap::new(),
-            last_errors: HashMap::new(),
+            known: HashSet::new(),
             exited_at: HashMap::new(),
             noticed: HashSet::new(),
             listeners: ListenerTracker::default(),
@@ -145,46 +146,30 @@ impl Collector {
         let mut deltas = Deltas::default();
         self.note_exits();
 
-        let mut seen_procs = Vec::new();
-        for item in self.maps.proc_counters.iter() {
-            let (key, per_cpu) = item.map_err(map_err(maps::PROC_COUNTERS))?;
-            let total = per_cpu.iter().fold(ProcCounters::default(), |a, v| ProcCounters {
-                connects: a.connects.wrapping_add(v.connects),
-                accepts: a.accepts.wrapping_add(v.accepts),
-                time_wait_entries: a.time_wait_entries.wrapping_add(v.time_wait_entries),
-            });
-            let last = self.last_procs.insert(key, total).unwrap_or_default();
-            let delta = ProcCounters {
-                connects: since(last.connects, total.connects),
-                accepts: since(last.accepts, total.accepts),
-                time_wait_entries: since(last.time_wait_entries, total.time_wait_entries),
-            };
-            if delta != ProcCounters::default() {
-                deltas.procs.push((key, delta));
+        // The counts since the last round, each read once (buffers.rs).
+        let interval = self.maps.counters.take()?;
+        for (key, counts) in &interval.procs {
+            self.known.insert(key.actor.tgid);
+            if *counts != ProcCounters::default() {
+                deltas.procs.push((*key, *counts));
             }
-            seen_procs.push(key);
         }
+        for (key, n) in &interval.connect_errors {
+            self.known.insert(key.actor.tgid);
+            if *n != 0 {
+                deltas.connect_errors.push((*key, *n));
+            }
+        }
+        // How full each map got in one interval.
         deltas.map_fill.push(MapFill {
             map: maps::PROC_COUNTERS,
-            entries: seen_procs.len() as u64,
+            entries: interval.procs.len() as u64,
             capacity: capacity::PROC_COUNTERS as u64,
             evictions: None,
         });
-
-        let mut seen_errors = Vec::new();
-        for item in self.maps.connect_errors.iter() {
-            let (key, per_cpu) = item.map_err(map_err(maps::CONNECT_ERRORS))?;
-            let total = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v));
-            let last = self.last_errors.insert(key, total).unwrap_or_default();
-            let delta = since(last, total);
-            if delta != 0 {
-                deltas.connect_errors.push((key, delta));
-            }
-            seen_errors.push(key);
-        }
         deltas.map_fill.push(MapFill {
             map: maps::CONNECT_ERRORS,
-            entries: seen_errors.len() as u64,
+            entries: interval.connect_errors.len() as u64,
             capacity: capacity::CONNECT_ERRORS as u64,
             evictions: None,
         });
@@ -192,10 +177,10 @@ impl Collector {
         // A process's exit notice can be missed (EXITED full) or early (its
         // leader thread ended, the process runs on): /proc decides, for the
         // processes with entries, the ones noticed, and listener owners.
-        let candidates: HashSet<u32> = seen_procs
+        let candidates: HashSet<u32> = self
+            .known
             .iter()
-            .map(|k| k.actor.tgid)
-            .chain(seen_errors.iter().map(|k| k.actor.tgid))
+            .copied()
             .chain(self.noticed.drain())
             .chain(self.listeners.owner_pids())
             .filter(|tgid| *tgid != 0 && !self.exited_at.contains_key(tgid))
@@ -207,20 +192,13 @@ impl Collector {
             self.exited_at.insert(tgid, now);
         }
 
-        // Retire processes whose grace period is over: their final counts
-        // were just read above, so deleting their entries loses nothing.
+        // Retire processes whose grace period is over (their last counts
+        // were read above; their keys went with the buffer).
         let expired: Vec<u32> =
             self.exited_at.iter().filter(|(_, at)| now.duration_since(**at) >= grace).map(|(tgid, _)| *tgid).collect();
         for tgid in &expired {
             self.exited_at.remove(tgid);
-            for key in seen_procs.iter().filter(|k| k.actor.tgid == *tgid) {
-                let _ = self.maps.proc_counters.remove(key);
-                self.last_procs.remove(key);
-            }
-            for key in seen_errors.iter().filter(|k| k.actor.tgid == *tgid) {
-                let _ = self.maps.connect_errors.remove(key);
-                self.last_errors.remove(key);
-            }
+            self.known.remove(tgid);
         }
         deltas.retired = expired;
 

@@ -17,7 +17,7 @@ pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
 use crate::{
-    collect::{KernelMaps, LruMaps},
+    collect::{Buffers, KernelMaps, LruMaps},
     error::Error,
 };
 
@@ -115,8 +115,21 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
         T::try_from(map).map_err(|e| Error::Map { map: name, source: e.into() })
     }
     Ok(KernelMaps {
-        proc_counters: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::PROC_COUNTERS)?,
-        connect_errors: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::CONNECT_ERRORS)?,
+        counters: Buffers {
+            config: take::<Array<_, _>>(ebpf, maps::CONFIG)?,
+            proc_counters: [
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::PROC_COUNTERS_BUFFERS[0])?,
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::PROC_COUNTERS_BUFFERS[1])?,
+            ],
+            connect_errors: [
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::CONNECT_ERRORS_BUFFERS[0])?,
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::CONNECT_ERRORS_BUFFERS[1])?,
+            ],
+            keys_created: [
+                take::<AyaHashMap<_, _, _>>(ebpf, maps::KEYS_CREATED_BUFFERS[0])?,
+                take::<AyaHashMap<_, _, _>>(ebpf, maps::KEYS_CREATED_BUFFERS[1])?,
+            ],
+        },
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,
         lost: take::<PerCpuArray<_, _>>(ebpf, maps::LOST)?,

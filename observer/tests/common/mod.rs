@@ -113,6 +113,16 @@ impl Observer {
             .sum()
     }
 
+    /// connect() failures of `pid` with `errno` whose key has the
+    /// destination address bytes `daddr` (e.g. the kernel's folded one).
+    pub fn connect_errors_to(&self, pid: u32, daddr: [u8; 16], errno: u32) -> u64 {
+        self.errors
+            .iter()
+            .filter(|(k, _)| k.actor.tgid == pid && k.errno == errno && k.daddr == daddr)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// All connect() failures of `pid`, whatever the destination or errno.
     pub fn all_connect_errors(&self, pid: u32) -> u64 {
         self.errors.iter().filter(|(k, _)| k.actor.tgid == pid).map(|(_, n)| n).sum()

@@ -10,7 +10,7 @@
 //! each update goes to the one `Config::buffer` names when it starts.
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
 use observer_common::{
-    Actor, ConnectErrorKey, KeysCreated, ProcCounters, ProcKey,
+    Actor, ConnectErrorKey, KeysCreated, ProcCounters, ProcKey, TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
     lost, lru,
 };
@@ -83,7 +83,9 @@ fn buffer() -> u32 {
 }
 
 /// Whether the process may create one more key in the buffer's connect
-/// errors map (`errors`) or process counters map, counting it if so.
+/// errors map (`errors`) or process counters map, counting it if so. The
+/// check and the count are two steps: CPUs racing on one process may each
+/// pass at the bound, so a process can exceed it by at most one key per CPU.
 #[inline(always)]
 fn may_create_key(keys: &HashMap<u32, KeysCreated>, tgid: u32, errors: bool) -> bool {
     let created = match keys.get_ptr_mut(&tgid) {
@@ -131,7 +133,7 @@ pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
             // A process over its share (one that renames itself without
             // end) counts under its name-less key.
             if !may_create_key(keys, actor.tgid, false) {
-                key.actor.comm = [0; 16];
+                key.actor.comm = [0; TASK_COMM_LEN];
             }
             value_of(map, &key, &ProcCounters::default())
         }

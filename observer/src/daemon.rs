@@ -132,6 +132,8 @@ fn collect_loop(rounds: &mut Rounds, published: &Published, interval: Duration, 
     let mut stopping = false;
     loop {
         let started = Instant::now();
+        // The tests' way to end this thread as a bug would (tests/health.rs).
+        fail::fail_point!("collector-round");
         match rounds.run(started) {
             Ok(round) => {
                 failing = false;

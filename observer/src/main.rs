@@ -4,6 +4,9 @@ use std::process::ExitCode;
 use observer::cli::Command;
 
 fn main() -> ExitCode {
+    // Test builds only: faults named in FAILPOINTS (see Cargo.toml).
+    #[cfg(feature = "failpoints")]
+    let _faults = fail::FailScenario::setup();
     let cli = observer::cli::parse();
     // The daemon says what it attached where; doctor prints its report only.
     let default_level = if matches!(cli.command, Command::Doctor(_)) { "warn" } else { "info" };

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::daemon::start_daemon;
+use common::daemon::{start_daemon, start_daemon_with_env};
 use observer_testing::http::get_within;
 
 /// A /proc-like tree whose one process's network namespace is a FIFO:
@@ -37,13 +37,18 @@ impl Drop for HungProc {
 
 /// `/healthz`: (answered 200, the body).
 fn healthz(port: u16) -> (bool, String) {
+    try_healthz(port).unwrap()
+}
+
+/// `/healthz`, or why it could not be asked (a daemon that stopped serving).
+fn try_healthz(port: u16) -> std::io::Result<(bool, String)> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
     let mut answer = String::new();
-    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
-    (answer.starts_with("HTTP/1.1 200"), answer)
+    std::io::Read::read_to_string(&mut s, &mut answer)?;
+    Ok((answer.starts_with("HTTP/1.1 200"), answer))
 }
 
 #[test]
@@ -78,4 +83,37 @@ fn a_stuck_round_fails_healthz_and_sigterm_still_ends_observer() {
     let status = daemon.terminate(Duration::from_secs(15)).expect("observer still running 15 s after SIGTERM");
     assert_eq!(status.code(), Some(1), "{}", daemon.log());
     assert!(daemon.log().contains("did not end within"), "{}", daemon.log());
+}
+
+/// A collector thread that dies (a bug, here a panic injected by fail-rs in
+/// its 11th round) stops all counting: from then on /healthz never says ok
+/// (503, or nothing once the endpoint closed), and observer ends non-zero
+/// so the DaemonSet restarts it.
+#[test]
+fn a_dead_collector_fails_healthz_and_ends_observer_non_zero() {
+    let mut daemon = start_daemon_with_env(&[], &[("FAILPOINTS", "collector-round=10*off->panic(injected)")]);
+    assert!(healthz(daemon.port).0, "healthy before the fault:\n{}", daemon.log());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "observer still running 20 s after its collector was to panic (built without --features failpoints? \
+             `cargo xtask test` enables it):\n{}",
+            daemon.log()
+        );
+        // Logged once the thread is gone (the panic message comes earlier,
+        // while it still unwinds).
+        let dead = daemon.log().contains("the collector thread has ended");
+        if let Ok((ok, answer)) = try_healthz(daemon.port) {
+            assert!(!(dead && ok), "/healthz said ok after the collector died: {answer}\n{}", daemon.log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "{}", daemon.log());
+    let log = daemon.log();
+    assert!(log.contains("panicked") && log.contains("injected"), "{log}");
+    assert!(log.contains("the collector thread has ended"), "{log}");
 }

@@ -46,6 +46,8 @@ pub fn run(opts: &Options) -> Result<()> {
             .current_dir(workspace_root())
             // The eBPF crate only builds for the bpf target (via observer/build.rs).
             .args(["test", "--workspace", "--exclude", "observer-ebpf", "--no-fail-fast"])
+            // Fault injection (tests/health.rs kills the collector thread).
+            .args(["--features", "observer/failpoints"])
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name)
             .env("OBSERVER_CHURN", &churn)

@@ -168,6 +168,8 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
     let out = Command::new("cargo")
         .current_dir(workspace_root())
         .args(["test", "--package", "observer", "--tests", "--no-run", "--message-format=json"])
+        // As the host run builds them (test.rs), so nothing is rebuilt.
+        .args(["--features", "failpoints"])
         .env("OBSERVER_NIGHTLY", nightly)
         .output()?;
     anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));

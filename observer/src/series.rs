@@ -150,6 +150,12 @@ struct Process {
     name: String,
 }
 
+impl Process {
+    fn who(&self, pid: u32) -> Who {
+        Who::Process { pid, name: self.name.clone(), pod: self.pod.clone() }
+    }
+}
+
 #[derive(Clone, Default)]
 pub struct SeriesStore {
     limits: Limits,
@@ -218,13 +224,13 @@ impl SeriesStore {
     fn who(&mut self, actor: &Actor, pods: &Pods) -> Who {
         let (pid, key) = (actor.tgid, pod_key(actor));
         if let Some(process) = self.processes.get(&key) {
-            return Who::Process { pid, name: process.name.clone(), pod: process.pod.clone() };
+            return process.who(pid);
         }
         if self.processes.len() < self.limits.max_processes {
-            let name = name_of(actor);
-            let pod = pods.get(&key).cloned().flatten();
-            self.processes.insert(key, Process { pod: pod.clone(), name: name.clone() });
-            Who::Process { pid, name, pod }
+            let process = Process { pod: pods.get(&key).cloned().flatten(), name: name_of(actor) };
+            let who = process.who(pid);
+            self.processes.insert(key, process);
+            who
         } else {
             self.report("--max-processes", self.limits.max_processes, "processes");
             Who::Other
@@ -350,8 +356,8 @@ impl SeriesStore {
                 *self.folded.entry(Counter::ListenOverflows).or_default() += 1;
             }
         }
-        for pid in &deltas.retired {
-            self.retire(*pid);
+        for key in &deltas.retired {
+            self.retire(*key);
         }
         let series_capped = Counter::ALL.iter().any(|c| self.len(*c) >= max);
         if series_capped && self.folded.values().sum::<u64>() > before {
@@ -359,10 +365,17 @@ impl SeriesStore {
         }
     }
 
-    /// Forget a process that exited more than the grace period ago.
-    fn retire(&mut self, pid: u32) {
-        self.processes.retain(|(p, _), _| *p != pid);
-        let keep = |who: &Who| !matches!(who, Who::Process { pid: p, .. } if *p == pid);
+    /// Forget a process that exited more than the grace period ago (or the
+    /// unknown owner of a cgroup, idle as long): its slot and its series.
+    fn retire(&mut self, key: PodKey) {
+        let Some(process) = self.processes.remove(&key) else { return };
+        let who = process.who(key.0);
+        // The unknown owners (pid 0) of two cgroups with the same pod labels
+        // (or none) share their series: those stay while one of them lives.
+        if self.processes.iter().any(|(k, p)| p.who(k.0) == who) {
+            return;
+        }
+        let keep = |w: &Who| *w != who;
         self.connects.retain(|s, _| keep(&s.who));
         self.accepts.retain(|s, _| keep(&s.who));
         self.time_wait_entries.retain(|s, _| keep(&s.who));
@@ -454,10 +467,23 @@ mod tests {
     fn retiring_frees_the_slot_and_drops_the_series() {
         let mut s = SeriesStore::new(Limits { max_processes: 1, max_destinations: 10, ..Limits::DEFAULT });
         s.apply(&Deltas { procs: vec![connects(1, 1)], connect_errors: vec![error(1, 1, 1)], ..Default::default() });
-        s.apply(&Deltas { retired: vec![1], ..Default::default() });
+        s.apply(&Deltas { retired: vec![(1, 0)], ..Default::default() });
         assert!(s.connects.is_empty() && s.connect_errors.is_empty());
         s.apply(&Deltas { procs: vec![connects(2, 1)], ..Default::default() });
         assert!(matches!(s.connects.keys().next().unwrap().who, Who::Process { pid: 2, .. }));
+    }
+
+    #[test]
+    fn unknown_owners_of_two_cgroups_share_a_series_until_both_are_retired() {
+        let mut s = SeriesStore::new(Limits::DEFAULT);
+        let unknown = |cgroup_id| ProcKey { actor: Actor { cgroup_id, ..Default::default() }, family: 2, _pad: [0; 3] };
+        let tw = ProcCounters { time_wait_entries: 1, ..Default::default() };
+        s.apply(&Deltas { procs: vec![(unknown(7), tw), (unknown(8), tw)], ..Default::default() });
+        assert_eq!(s.time_wait_entries.values().copied().collect::<Vec<_>>(), vec![2], "one host series");
+        s.apply(&Deltas { retired: vec![(0, 7)], ..Default::default() });
+        assert_eq!(s.time_wait_entries.len(), 1, "cgroup 8's unknown owner still counts there");
+        s.apply(&Deltas { retired: vec![(0, 8)], ..Default::default() });
+        assert!(s.time_wait_entries.is_empty() && s.processes.is_empty());
     }
 
     #[test]

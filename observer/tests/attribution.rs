@@ -8,60 +8,18 @@
 mod common;
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
-use common::daemon::{scrape_until, start_daemon};
+use common::{
+    daemon::{scrape_until, start_daemon},
+    pods::{
+        Dirs, PodWithOldConnections, cgroup2_root, namespace_with_server, systemd_containerd_scope, time_wait_lines,
+    },
+};
 use observer_testing::{Netns, Server, churn, http::sample};
-
-/// The cgroup v2 mount (on this hybrid host /sys/fs/cgroup/unified).
-fn cgroup2_root() -> PathBuf {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount_point))
-        })
-        .expect("a cgroup2 mount (the kernel's cgroup v2 hierarchy)")
-}
-
-/// kubelet's cgroup of a container (systemd driver, containerd) in a pod of
-/// QoS class `qos`.
-fn systemd_containerd_scope(root: &Path, qos: &str, pod_uid: &str, container_id: &str) -> PathBuf {
-    root.join(format!(
-        "kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{}.slice/cri-containerd-{container_id}.scope",
-        pod_uid.replace('-', "_")
-    ))
-}
-
-/// Directories created for the test, removed deepest first on drop (they
-/// are empty by then: their processes have exited).
-struct Dirs(Vec<PathBuf>);
-
-impl Dirs {
-    fn create(&mut self, path: &Path) {
-        let mut missing = Vec::new();
-        let mut p = path.to_path_buf();
-        while !p.exists() {
-            missing.push(p.clone());
-            p.pop();
-        }
-        std::fs::create_dir_all(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-        self.0.extend(missing.into_iter().rev());
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        for dir in self.0.iter().rev() {
-            let _ = std::fs::remove_dir_all(dir).or_else(|_| std::fs::remove_dir(dir));
-        }
-    }
-}
 
 /// Run `observer-churn connect` in `ns`, inside cgroup `cgroup` (moved
 /// there before it execs, so every event of it is charged there).
@@ -169,55 +127,25 @@ fn lines_of(body: &str, pid: u32) -> String {
 /// TIME_WAIT entries (TcpExtTW + TcpExtTWKilled).
 #[test]
 fn time_wait_of_sockets_older_than_observer_names_their_pod() {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    let tag = std::process::id();
-    let uid = format!("7c6b5a49-3827-4165-9a4b-{tag:012x}");
-    let id = format!("{:064x}", 0xc0ffee_u64 * 1_000_003 + u64::from(tag));
-    let root = cgroup2_root();
-    let mut dirs = Dirs(Vec::new());
-    let cgroup = systemd_containerd_scope(&root, "besteffort", &uid, &id);
-    dirs.create(&cgroup);
-    let logs = std::env::temp_dir().join(format!("observer-pod-logs-old-{tag}"));
+    let logs = std::env::temp_dir().join(format!("observer-pod-logs-old-{}", std::process::id()));
     let mut log_dirs = Dirs(Vec::new());
-    log_dirs.create(&logs.join(format!("shop_legacy-client-0_{uid}/client")));
-
-    // Three connections opened by a shell in the pod's cgroup, held until
-    // it reads a line, then closed first by it (client-first: the TIME_WAIT
-    // is the pod's).
-    let ns = Netns::new();
-    let _server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
-    let open = (3..=5).map(|fd| format!("exec {fd}<>/dev/tcp/127.0.0.1/7000")).collect::<Vec<_>>().join("; ");
-    let inner = format!("{open}; echo ready; read line; exec 3>&- 4>&- 5>&-; sleep 1");
-    let script =
-        format!("echo $$ > {}/cgroup.procs && exec ip netns exec {} bash -c '{inner}'", cgroup.display(), ns.name);
-    let mut client =
-        Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut ready = String::new();
-    BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut ready).unwrap();
-    assert_eq!(ready.trim(), "ready", "the pod's connections did not open");
+    let (ns, _server) = namespace_with_server();
+    let mut pod = PodWithOldConnections::open("legacy-client-0", &mut log_dirs, &logs, &ns, 3);
 
     let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
-    writeln!(client.stdin.as_mut().unwrap()).unwrap();
-    assert!(client.wait().unwrap().success());
+    pod.close_all();
 
-    let pod = [
-        "process_pid=\"0\"".to_string(),
-        "process_executable_name=\"unknown\"".to_string(),
-        format!("container_id=\"{id}\""),
-        format!("k8s_pod_uid=\"{uid}\""),
-        "k8s_pod_name=\"legacy-client-0\"".to_string(),
-        "k8s_namespace_name=\"shop\"".to_string(),
-    ];
-    let pod: Vec<&str> = pod.iter().map(String::as_str).collect();
+    let labels = pod.unknown_owner("legacy-client-0");
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let entered = ns.time_wait_entered();
     assert_eq!(entered, 3, "three client-first closes, three TIME_WAIT entries:\n{}", ns.ss_all());
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_tcp_time_wait_entries_total", &pod) == Some(entered)
+        sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
     });
     assert_eq!(
-        sample(&body, "observer_tcp_time_wait_entries_total", &pod),
+        sample(&body, "observer_tcp_time_wait_entries_total", &labels),
         Some(entered),
         "{}",
-        body.lines().filter(|l| l.starts_with("observer_tcp_time_wait")).collect::<Vec<_>>().join("\n")
+        time_wait_lines(&body)
     );
 }

@@ -118,10 +118,11 @@ impl Resolver {
             .collect()
     }
 
-    /// Forget a process that is gone (its labels are in its series).
-    pub fn forget(&mut self, tgid: u32) {
-        self.known.retain(|(pid, _), _| *pid != tgid);
-        self.asked.retain(|(pid, _), _| *pid != tgid);
+    /// Forget a process (or a cgroup's unknown owner) that is gone (its
+    /// labels are in its series).
+    pub fn forget(&mut self, key: PodKey) {
+        self.known.remove(&key);
+        self.asked.remove(&key);
     }
 }
 

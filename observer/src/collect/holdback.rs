@@ -30,8 +30,11 @@ impl Held {
         if pending.is_empty() {
             return;
         }
-        let retired: HashSet<u32> = deltas.retired.iter().copied().collect();
-        let wait = |actor: &observer_common::Actor| pending.contains(&pod_key(actor)) && !retired.contains(&actor.tgid);
+        let retired: HashSet<PodKey> = deltas.retired.iter().copied().collect();
+        let wait = |actor: &observer_common::Actor| {
+            let key = pod_key(actor);
+            pending.contains(&key) && !retired.contains(&key)
+        };
         let (held, kept): (Vec<_>, Vec<_>) = deltas.procs.drain(..).partition(|(k, _)| wait(&k.actor));
         self.procs.extend(held);
         deltas.procs = kept;
@@ -72,7 +75,7 @@ mod tests {
     #[test]
     fn a_retired_process_is_never_held() {
         let mut held = Held::default();
-        let mut round = Deltas { procs: vec![proc(3, 2)], retired: vec![3], ..Default::default() };
+        let mut round = Deltas { procs: vec![proc(3, 2)], retired: vec![(3, 0)], ..Default::default() };
         held.hold(&mut round, &[(3, 0)].into());
         assert_eq!(round.procs, vec![proc(3, 2)]);
     }

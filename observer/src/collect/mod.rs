@@ -1,9 +1,6 @@
-//! Collect: read the kernel maps every interval and turn cumulative kernel
-//! values into deltas, exactly once each.
-//!
-//! Kernel counters only grow, except when userspace deletes an entry (a
-//! process retired after its grace period); a key seen with a value below
-//! the last one read was deleted and recreated, so its whole value is new.
+//! Collect: every interval, the kernel's counts since the last one (the
+//! counter buffers, read once each), the listeners' drops as deltas, and
+//! which processes have ended, as `Deltas`.
 mod buffers;
 mod holdback;
 mod listeners;
@@ -46,8 +43,9 @@ pub struct Deltas {
     pub procs: Vec<(ProcKey, ProcCounters)>,
     pub connect_errors: Vec<(ConnectErrorKey, u64)>,
     pub listen_drops: Vec<ListenerDrops>,
-    /// Processes whose grace period ended: drop their series.
-    pub retired: Vec<u32>,
+    /// Processes whose grace period ended (and unknown owners of a cgroup
+    /// idle as long): drop their series.
+    pub retired: Vec<PodKey>,
     /// Kernel-side updates lost to full maps, cumulative, by `lost` slot.
     pub lost: [u64; lost::SLOTS as usize],
     /// How full each map is (and, for LRU maps, what they evicted).
@@ -66,6 +64,10 @@ pub struct Collector {
     known: HashSet<u32>,
     /// Processes that have ended, since when (their grace period).
     exited_at: HashMap<u32, Instant>,
+    /// Per cgroup, when the unknown owner (tgid 0) of its sockets last
+    /// counted: it has no process to end, so it ends when idle for the
+    /// grace period (a removed pod's cgroup stays idle).
+    unknown_owners: HashMap<u64, Instant>,
     /// Exit notices of this round, to check against /proc.
     noticed: HashSet<u32>,
     listeners: ListenerTracker,
@@ -88,6 +90,7 @@ impl Collector {
             maps,
             known: HashSet::new(),
             exited_at: HashMap::new(),
+            unknown_owners: HashMap::new(),
             noticed: HashSet::new(),
             listeners: ListenerTracker::default(),
             proc_root,
@@ -132,8 +135,8 @@ impl Collector {
             }
         }
         self.held.hold(deltas, &pending);
-        for tgid in &deltas.retired {
-            self.resolver.forget(*tgid);
+        for key in &deltas.retired {
+            self.resolver.forget(*key);
         }
     }
 
@@ -149,13 +152,13 @@ impl Collector {
         // The counts since the last round, each read once (buffers.rs).
         let interval = self.maps.counters.take()?;
         for (key, counts) in &interval.procs {
-            self.known.insert(key.actor.tgid);
+            self.seen(&key.actor, now);
             if *counts != ProcCounters::default() {
                 deltas.procs.push((*key, *counts));
             }
         }
         for (key, n) in &interval.connect_errors {
-            self.known.insert(key.actor.tgid);
+            self.seen(&key.actor, now);
             if *n != 0 {
                 deltas.connect_errors.push((*key, *n));
             }
@@ -200,7 +203,7 @@ impl Collector {
             self.exited_at.remove(tgid);
             self.known.remove(tgid);
         }
-        deltas.retired = expired;
+        deltas.retired = expired.into_iter().map(|tgid| (tgid, 0)).collect();
 
         let proc_root = &self.proc_root;
         deltas.listen_drops = self.listeners.update(
@@ -212,6 +215,23 @@ impl Collector {
         );
         deltas.listener_owners =
             listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
+        for drop in &deltas.listen_drops {
+            self.seen(&drop.owner, now);
+        }
+        for owner in deltas.listener_owners.values() {
+            if owner.tgid == 0 {
+                self.unknown_owners.insert(owner.cgroup_id, now);
+            }
+        }
+        // Unknown owners idle for the grace period: a cgroup's old sockets
+        // all closed, or the cgroup removed with its pod.
+        self.unknown_owners.retain(|cgroup, last| {
+            let idle = now.duration_since(*last) >= grace;
+            if idle {
+                deltas.retired.push((0, *cgroup));
+            }
+            !idle
+        });
 
         for slot in 0..lost::SLOTS {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err(maps::LOST))?;
@@ -220,6 +240,16 @@ impl Collector {
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.attribute(&mut deltas, now);
         Ok(deltas)
+    }
+
+    /// `actor` counted in this round: a process to check for its exit, or
+    /// a cgroup's unknown owner still active.
+    fn seen(&mut self, actor: &Actor, now: Instant) {
+        if actor.tgid == 0 {
+            self.unknown_owners.insert(actor.cgroup_id, now);
+        } else {
+            self.known.insert(actor.tgid);
+        }
     }
 
     /// Take the kernel's exit notices (leader threads that exited); /proc

@@ -5,6 +5,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod daemon;
+pub mod pods;
 pub mod prometheus;
 
 /// Run `cmd` with `input` on its standard input; its output.

@@ -1,0 +1,130 @@
+//! Pods as kubelet makes them, for the attribution tests: cgroup v2
+//! directories shaped like kubelet's and a pod's old connections.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use observer_testing::{Netns, Server};
+
+/// The cgroup v2 mount (on this hybrid host /sys/fs/cgroup/unified).
+pub fn cgroup2_root() -> PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mounts
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .expect("a cgroup2 mount (the kernel's cgroup v2 hierarchy)")
+}
+
+/// kubelet's cgroup of a container (systemd driver, containerd) in a pod of
+/// QoS class `qos`.
+pub fn systemd_containerd_scope(root: &Path, qos: &str, pod_uid: &str, container_id: &str) -> PathBuf {
+    root.join(format!(
+        "kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{}.slice/cri-containerd-{container_id}.scope",
+        pod_uid.replace('-', "_")
+    ))
+}
+
+/// Directories created for the test, removed deepest first on drop (they
+/// are empty by then: their processes have exited).
+pub struct Dirs(pub Vec<PathBuf>);
+
+impl Dirs {
+    pub fn create(&mut self, path: &Path) {
+        let mut missing = Vec::new();
+        let mut p = path.to_path_buf();
+        while !p.exists() {
+            missing.push(p.clone());
+            p.pop();
+        }
+        std::fs::create_dir_all(path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        self.0.extend(missing.into_iter().rev());
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir_all(dir).or_else(|_| std::fs::remove_dir(dir));
+        }
+    }
+}
+
+/// A pod (one container cgroup, systemd driver) whose shell opened
+/// `connections` to the server on port 7000 of `ns` and holds them until
+/// `close_all`, which closes them client-first (their TIME_WAIT entries are
+/// the pod's) and waits for the shell to end.
+pub struct PodWithOldConnections {
+    uid: String,
+    id: String,
+    client: std::process::Child,
+    cgroup: Dirs,
+}
+
+/// A namespace with a server for `PodWithOldConnections` on port 7000.
+pub fn namespace_with_server() -> (Netns, Server) {
+    let ns = Netns::new();
+    let server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
+    (ns, server)
+}
+
+impl PodWithOldConnections {
+    pub fn open(name: &str, logs: &mut Dirs, logs_root: &Path, ns: &Netns, connections: usize) -> Self {
+        use std::io::{BufRead as _, BufReader};
+        let tag = u64::from(std::process::id()) << 16 | u64::from(crc(name));
+        let uid = format!("7c6b5a49-3827-4165-9a4b-{tag:012x}");
+        let id = format!("{:064x}", 0xc0ffee_u64 * 1_000_003 + tag);
+        let mut cgroup = Dirs(Vec::new());
+        let path = systemd_containerd_scope(&cgroup2_root(), "besteffort", &uid, &id);
+        cgroup.create(&path);
+        logs.create(&logs_root.join(format!("shop_{name}_{uid}/client")));
+        let fds: Vec<usize> = (3..3 + connections).collect();
+        let open = fds.iter().map(|fd| format!("exec {fd}<>/dev/tcp/127.0.0.1/7000")).collect::<Vec<_>>().join("; ");
+        let close = fds.iter().map(|fd| format!("{fd}>&-")).collect::<Vec<_>>().join(" ");
+        let inner = format!("{open}; echo ready; read line; exec {close}; sleep 1");
+        let script =
+            format!("echo $$ > {}/cgroup.procs && exec ip netns exec {} bash -c '{inner}'", path.display(), ns.name);
+        let mut client =
+            Command::new("sh").args(["-c", &script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut ready = String::new();
+        BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready", "the pod's connections did not open");
+        Self { uid, id, client, cgroup }
+    }
+
+    pub fn close_all(&mut self) {
+        use std::io::Write as _;
+        writeln!(self.client.stdin.as_mut().unwrap()).unwrap();
+        assert!(self.client.wait().unwrap().success());
+    }
+
+    /// The labels of the pod's unknown owner (pid 0).
+    pub fn unknown_owner(&self, name: &str) -> Vec<String> {
+        vec![
+            "process_pid=\"0\"".to_string(),
+            "process_executable_name=\"unknown\"".to_string(),
+            format!("container_id=\"{}\"", self.id),
+            format!("k8s_pod_uid=\"{}\"", self.uid),
+            format!("k8s_pod_name=\"{name}\""),
+            "k8s_namespace_name=\"shop\"".to_string(),
+        ]
+    }
+
+    /// The pod is deleted: its cgroup goes.
+    pub fn remove(self) {
+        drop(self.cgroup);
+    }
+}
+
+/// A small stable number from a name, to keep the test pods apart.
+fn crc(name: &str) -> u16 {
+    name.bytes().fold(0u16, |h, b| h.wrapping_mul(31).wrapping_add(u16::from(b)))
+}
+
+pub fn time_wait_lines(body: &str) -> String {
+    body.lines().filter(|l| l.starts_with("observer_tcp_time_wait")).collect::<Vec<_>>().join("\n")
+}

@@ -1,0 +1,59 @@
+//! Pod churn on a node: the unknown owners of pods' old sockets must not
+//! keep their process slots after the pods are gone. Its own test binary:
+//! it counts process slots, which tests running beside it would take.
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    daemon::{scrape_until, start_daemon},
+    pods::{Dirs, PodWithOldConnections, namespace_with_server, time_wait_lines},
+};
+use observer_testing::http::{sample, sample_sum};
+
+/// Pod churn: the unknown owner of each pod's old sockets (pid 0 in the
+/// pod's cgroup) has no process that could exit, so it takes a process
+/// slot until it has been idle for the grace period, as a removed pod's
+/// cgroup stays. With room for four processes (observer itself, which
+/// accepts the scrapes, this test, which makes them, the pods' server, a
+/// listener owner, and one more), three pods one after the other each get
+/// their own series, exact, none folded into `other`.
+#[test]
+fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
+    let logs = std::env::temp_dir().join(format!("observer-pod-logs-churn-{}", std::process::id()));
+    let mut log_dirs = Dirs(Vec::new());
+    let names = ["churn-a-0", "churn-b-0", "churn-c-0"];
+    // One namespace and server for all (a server per pod would be a
+    // listener owner per pod, each taking a process slot).
+    let (ns, _server) = namespace_with_server();
+    let pods: Vec<PodWithOldConnections> =
+        names.iter().map(|name| PodWithOldConnections::open(name, &mut log_dirs, &logs, &ns, 2)).collect();
+    let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "1s"]);
+    let mut entered_before = 0;
+    for (mut pod, name) in pods.into_iter().zip(names) {
+        pod.close_all();
+        let entered = ns.time_wait_entered() - entered_before;
+        entered_before += entered;
+        assert_eq!(entered, 2, "{}", ns.ss_all());
+        let labels = pod.unknown_owner(name);
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+            sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
+        });
+        assert_eq!(
+            sample(&body, "observer_tcp_time_wait_entries_total", &labels),
+            Some(entered),
+            "pod {name}:\n{}",
+            time_wait_lines(&body)
+        );
+        let other = sample_sum(&body, "observer_tcp_time_wait_entries_total", &["process_pid=\"other\""]);
+        assert_eq!(other, 0, "nothing folded into other:\n{}", time_wait_lines(&body));
+        // The pod is deleted; its unknown owner is retired a grace period
+        // after its last count.
+        pod.remove();
+        let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+            sample(b, "observer_tcp_time_wait_entries_total", &labels).is_none()
+        });
+        assert_eq!(sample(&body, "observer_tcp_time_wait_entries_total", &labels), None, "{}", time_wait_lines(&body));
+    }
+}

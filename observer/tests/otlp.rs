@@ -13,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::daemon::{Daemon, scrape_until, start_daemon_with_env};
+use common::{
+    daemon::{Daemon, scrape_until, start_daemon_with_env},
+    flood::{SLOW_CLIENTS, flood, room_for_the_flood},
+};
 use observer_testing::{
     Netns, Server,
     http::{free_port, sample},
@@ -428,6 +431,37 @@ fn sigterm_pushes_the_last_counts_and_exits() {
     // A hang detector, not a speed check: the final push is bounded.
     let status = daemon.terminate(Duration::from_secs(30)).expect("observer still running 30 s after SIGTERM");
     assert!(status.success(), "{status:?}");
+    assert_eq!(sink.requests(), 1, "one final push");
+    assert_eq!(sink.latest("observer.tcp.connect_errors", &error_attrs(pid)), failures as i64);
+}
+
+/// The final push goes out, and observer ends within 5 s of SIGTERM, while
+/// hundreds of clients hold the metrics port with requests that never end
+/// (any pod can reach it).
+#[test]
+fn sigterm_under_a_flood_of_unfinished_requests_still_pushes_the_last_counts() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    room_for_the_flood();
+    let port = free_port();
+    let sink = Sink::http(port);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut daemon = start_daemon_with_env(
+        &["--otlp-endpoint", &endpoint, "--otlp-protocol", "http/protobuf", "--otlp-interval", "1h"],
+        &[],
+    );
+    let (_ns, _server, pid, failures) = exhaust_ports();
+    scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooding = flood(daemon.port, stop.clone());
+    std::thread::sleep(Duration::from_secs(2));
+    let status = daemon.terminate(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let opened = flooding.join().unwrap();
+    assert!(opened >= SLOW_CLIENTS as u64, "the flood opened only {opened} connections");
+    let status = status.expect("observer still running 5 s after SIGTERM, with clients that never finish");
+    assert!(status.success(), "{status:?}: {}", daemon.log());
     assert_eq!(sink.requests(), 1, "one final push");
     assert_eq!(sink.latest("observer.tcp.connect_errors", &error_attrs(pid)), failures as i64);
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod daemon;
+pub mod flood;
 pub mod pods;
 pub mod prometheus;
 

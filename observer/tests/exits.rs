@@ -43,3 +43,50 @@ fn a_process_whose_leader_thread_exits_keeps_counting_in_one_series() {
     });
     assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &labels), None, "retired after the grace");
 }
+
+/// An exit storm: 150 processes refused twice each, all exiting at once,
+/// twice over. Each process's count is exact in its own series; each batch
+/// is retired a grace period after it ended, so the second batch finds the
+/// process slots free (200 by default: without the retirement, 300
+/// processes would overflow into `other`).
+#[test]
+fn an_exit_storm_is_counted_exactly_and_retired_whole() {
+    const BATCH: usize = 150;
+    let daemon = start_daemon(&["--grace", "1s"]);
+    let ns = Netns::new();
+    for batch in 0..2 {
+        let port = 20700 + batch;
+        let clients: Vec<_> = (0..BATCH)
+            .map(|_| {
+                ns.command(&churn())
+                    .args(["connect", "--to", &format!("127.0.0.1:{port}"), "--count", "2"])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let pids: Vec<u32> = clients.iter().map(std::process::Child::id).collect();
+        for client in clients {
+            let pid = client.id();
+            let out = client.wait_with_output().unwrap();
+            let report = ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap());
+            assert_eq!(report.errors("ECONNREFUSED"), 2, "ground truth: each client refused twice");
+        }
+        let count = |body: &str, pid: u32| {
+            sample(body, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")])
+        };
+        let body = scrape_until(&daemon, Duration::from_secs(10), |b| pids.iter().all(|p| count(b, *p) == Some(2)));
+        let wrong: Vec<String> = pids
+            .iter()
+            .filter(|p| count(&body, **p) != Some(2))
+            .map(|p| format!("{p}: {:?}", count(&body, *p)))
+            .collect();
+        assert!(wrong.is_empty(), "batch {batch}: not 2 refusals each: {wrong:?}");
+        let other = sample(&body, "observer_tcp_connect_errors_total", &["process_pid=\"other\""]);
+        assert_eq!(other, None, "batch {batch}: nothing folded into other");
+        // Then the whole batch goes.
+        let body = scrape_until(&daemon, Duration::from_secs(15), |b| pids.iter().all(|p| count(b, *p).is_none()));
+        let left = pids.iter().filter(|p| count(&body, **p).is_some()).count();
+        assert_eq!(left, 0, "batch {batch}: {left} processes not retired 15 s after they all ended");
+    }
+}

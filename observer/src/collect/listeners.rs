@@ -108,7 +108,22 @@ impl ListenerTracker {
                 missing.entry(*netns).or_insert(now);
             }
         }
-        missing.retain(|_, since| now.duration_since(*since) < MISSING_FOR);
+        let last = &self.last;
+        missing.retain(|netns, since| {
+            let gone = now.duration_since(*since) >= MISSING_FOR;
+            if gone {
+                // Said, since it is a guess: a namespace back after this
+                // would count its listeners' whole drops again.
+                let listeners = last.values().filter(|(n, _)| n == netns).count();
+                tracing::info!(
+                    netns = *netns,
+                    listeners,
+                    "network namespace missing from the sweeps for {MISSING_FOR:?}: taken to be gone, its listeners \
+                     forgotten"
+                );
+            }
+            !gone
+        });
         self.last.retain(|cookie, (netns, _)| alive.contains(cookie) || missing.contains_key(netns));
         let last = &self.last;
         self.owners.retain(|cookie, _| last.contains_key(cookie));

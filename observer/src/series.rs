@@ -307,6 +307,11 @@ impl SeriesStore {
     }
 
     pub fn apply(&mut self, deltas: &Deltas) {
+        // A reused pid's old process first: this round's counts start the
+        // new process's series (its own name and pod).
+        for key in &deltas.reused {
+            self.retire(*key);
+        }
         let max = self.limits.max_series;
         let before: u64 = self.folded.values().sum();
         for (key, d) in &deltas.procs {

@@ -90,3 +90,83 @@ fn an_exit_storm_is_counted_exactly_and_retired_whole() {
         assert_eq!(left, 0, "batch {batch}: {left} processes not retired 15 s after they all ended");
     }
 }
+
+/// A pid taken by a new process while the old one's series still wait out
+/// their grace period: the new process gets series of its own (its name),
+/// exact, instead of adding to the old one's under the old name. The
+/// kernel hands out the old pid again when told the last one it gave
+/// (`/proc/sys/kernel/ns_last_pid`, as checkpoint/restore tools do). Both
+/// live for several rounds: observer tells a reused pid by the start time
+/// /proc shows (processes that lived less than a round are not told apart
+/// yet: that needs the start time from the kernel).
+#[test]
+fn a_reused_pid_starts_a_new_process_series() {
+    let daemon = start_daemon(&["--grace", "60s"]);
+    let ns = Netns::new();
+    let refused = |pid: u32, name: &str, body: &str| {
+        sample(
+            body,
+            "observer_tcp_connect_errors_total",
+            &[&format!("process_pid=\"{pid}\""), &format!("process_executable_name=\"{name}\"")],
+        )
+    };
+
+    // The first process: refused 3 times over 2 s, then gone (its series
+    // stay 60 s).
+    let first = ns
+        .command(&churn())
+        .args(["connect", "--to", "127.0.0.1:20800", "--count", "3", "--spread", "2s"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first.stdout).contains("ECONNREFUSED:3"), "{first:?}");
+    // Its pid: the only observer-churn series with 3 refusals to port 20800.
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+        b.lines().any(|l| l.contains("server_port=\"20800\"") && l.ends_with(" 3"))
+    });
+    let line = body.lines().find(|l| l.contains("server_port=\"20800\"") && l.ends_with(" 3")).expect(&body);
+    let pid: u32 = line.split("process_pid=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().parse().unwrap();
+
+    // A second process with that pid (renaming itself churn-0 before its
+    // first connect), refused 5 times.
+    let second = (0..20)
+        .find_map(|_| {
+            std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+            let mut child = ns
+                .command("sh")
+                .args([
+                    "-c",
+                    &format!("read go; exec {} connect --to 127.0.0.1:20801 --count 5 --spread 2s --rename", churn()),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            if child.id() == pid {
+                Some(child)
+            } else {
+                // Another fork took it first: try again.
+                let _ = child.kill();
+                let _ = child.wait();
+                None
+            }
+        })
+        .expect("the kernel did not hand out the pid again in 20 tries");
+    let mut second = second;
+    std::io::Write::write_all(second.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let out = second.wait_with_output().unwrap();
+    let report = ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap());
+    assert_eq!(report.errors("ECONNREFUSED"), 5);
+
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| refused(pid, "churn-0", b) == Some(5));
+    assert_eq!(refused(pid, "churn-0", &body), Some(5), "the new process's own series:\n{}", lines(&body, pid));
+    assert_eq!(
+        refused(pid, "observer-churn", &body),
+        None,
+        "the old process's series ended when its pid was taken:\n{}",
+        lines(&body, pid)
+    );
+}
+
+fn lines(body: &str, pid: u32) -> String {
+    body.lines().filter(|l| l.contains(&format!("process_pid=\"{pid}\""))).collect::<Vec<_>>().join("\n")
+}

@@ -46,6 +46,9 @@ pub struct Deltas {
     /// Processes whose grace period ended (and unknown owners of a cgroup
     /// idle as long): drop their series.
     pub retired: Vec<PodKey>,
+    /// Processes whose pid a new process has taken: drop their series
+    /// before this round's counts, which are the new process's series.
+    pub reused: Vec<PodKey>,
     /// Kernel-side updates lost to full maps, cumulative, by `lost` slot.
     pub lost: [u64; lost::SLOTS as usize],
     /// How full each map is (and, for LRU maps, what they evicted).
@@ -64,6 +67,8 @@ pub struct Collector {
     known: HashSet<u32>,
     /// Processes that have ended, since when (their grace period).
     exited_at: HashMap<u32, Instant>,
+    /// The start time of each process checked, to tell a reused pid.
+    started: HashMap<u32, u64>,
     /// Per cgroup, when the unknown owner (tgid 0) of its sockets last
     /// counted: it has no process to end, so it ends when idle for the
     /// grace period (a removed pod's cgroup stays idle).
@@ -90,6 +95,7 @@ impl Collector {
             maps,
             known: HashSet::new(),
             exited_at: HashMap::new(),
+            started: HashMap::new(),
             unknown_owners: HashMap::new(),
             noticed: HashSet::new(),
             listeners: ListenerTracker::default(),
@@ -180,19 +186,36 @@ impl Collector {
         // A process's exit notice can be missed (EXITED full) or early (its
         // leader thread ended, the process runs on): /proc decides, for the
         // processes with entries, the ones noticed, and listener owners.
+        // A pid that runs with a new start time, or runs again after it
+        // ended, was taken by a new process: the old one's series end now,
+        // before this round's counts (which may hold the old one's last
+        // interval: charged to the new one rather than lost). Seen only if
+        // a round saw the old process running or ended; one that lived
+        // less than an interval is not told from its successor.
         let candidates: HashSet<u32> = self
             .known
             .iter()
             .copied()
             .chain(self.noticed.drain())
             .chain(self.listeners.owner_pids())
-            .filter(|tgid| *tgid != 0 && !self.exited_at.contains_key(tgid))
+            .filter(|tgid| *tgid != 0)
             .collect();
         for tgid in candidates {
-            if node::process::is_running(&self.proc_root, tgid) {
-                continue;
+            match node::process::started_at(&self.proc_root, tgid) {
+                None => {
+                    self.exited_at.entry(tgid).or_insert(now);
+                }
+                Some(start) => {
+                    // A new start time, or running again after it ended.
+                    let before = self.started.insert(tgid, start);
+                    if before.is_some_and(|b| b != start) || self.exited_at.contains_key(&tgid) {
+                        tracing::debug!(pid = tgid, "pid taken by a new process: the old one's series end now");
+                        self.exited_at.remove(&tgid);
+                        deltas.reused.push((tgid, 0));
+                        self.resolver.forget((tgid, 0));
+                    }
+                }
             }
-            self.exited_at.insert(tgid, now);
         }
 
         // Retire processes whose grace period is over (their last counts
@@ -202,6 +225,7 @@ impl Collector {
         for tgid in &expired {
             self.exited_at.remove(tgid);
             self.known.remove(tgid);
+            self.started.remove(tgid);
         }
         deltas.retired = expired.into_iter().map(|tgid| (tgid, 0)).collect();
 

@@ -5,34 +5,36 @@
 use std::path::Path;
 
 /// When process `pid` started (clock ticks after boot, `stat` field 22),
-/// if it runs: a pid that shows a new start time is another process.
+/// while any thread of it runs (None once it ended): a pid that shows a
+/// new start time is another process.
 pub fn started_at(proc_root: &Path, pid: u32) -> Option<u64> {
-    if !is_running(proc_root, pid) {
-        return None;
-    }
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    // Fields after the command: state is field 3, start time field 22.
-    text.rsplit_once(')')?.1.split_whitespace().nth(22 - 3)?.parse().ok()
-}
-
-/// True while any thread of process `pid` runs. A process whose leader
-/// thread has exited shows as a zombie leader with live threads beside it.
-pub fn is_running(proc_root: &Path, pid: u32) -> bool {
     let dir = proc_root.join(pid.to_string());
-    match state(&dir.join("stat")) {
-        None => false,
-        Some('Z' | 'X') => std::fs::read_dir(dir.join("task"))
-            .map(|tasks| tasks.flatten().any(|t| !matches!(state(&t.path().join("stat")), None | Some('Z' | 'X'))))
+    let (state, started) = stat(&dir.join("stat"))?;
+    runs(&dir, state).then_some(started?)
+}
+
+/// Whether the process of `dir`, its leader in `state`, has a thread left:
+/// a process whose leader thread has exited shows as a zombie leader with
+/// live threads beside it.
+fn runs(dir: &Path, state: char) -> bool {
+    match state {
+        'Z' | 'X' => std::fs::read_dir(dir.join("task"))
+            .map(|tasks| {
+                tasks.flatten().any(|t| !matches!(stat(&t.path().join("stat")), None | Some(('Z' | 'X', _))))
+            })
             .unwrap_or(false),
-        Some(_) => true,
+        _ => true,
     }
 }
 
-/// The state letter of a `stat` file (after the command, which may hold
-/// spaces and parentheses: the last ')' ends it).
-fn state(stat: &Path) -> Option<char> {
-    let text = std::fs::read_to_string(stat).ok()?;
-    text.rsplit_once(')')?.1.trim_start().chars().next()
+/// The state letter and the start time of a `stat` file, in one read.
+/// The command before them may hold spaces and parentheses: the last ')'
+/// ends it; state is field 3, the start time field 22.
+fn stat(path: &Path) -> Option<(char, Option<u64>)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.nth(22 - 4).and_then(|f| f.parse().ok())))
 }
 
 #[cfg(test)]
@@ -59,13 +61,10 @@ mod tests {
         fake(&root, 10, 'S', &['S']);
         fake(&root, 11, 'Z', &['Z', 'S']);
         fake(&root, 12, 'Z', &['Z']);
-        assert!(is_running(&root, 10));
-        assert!(is_running(&root, 11), "leader gone, a thread runs on");
-        assert!(!is_running(&root, 12), "all gone, not reaped yet");
-        assert!(!is_running(&root, 13), "no such process");
-        assert_eq!(started_at(&root, 10), Some(1010));
-        assert_eq!(started_at(&root, 11), Some(1011), "the leader's, zombie or not");
-        assert_eq!(started_at(&root, 12), None, "ended");
+        assert_eq!(started_at(&root, 10), Some(1010), "runs");
+        assert_eq!(started_at(&root, 11), Some(1011), "leader gone, a thread runs on: the leader's start");
+        assert_eq!(started_at(&root, 12), None, "all gone, not reaped yet");
+        assert_eq!(started_at(&root, 13), None, "no such process");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -412,22 +412,36 @@ fn a_collector_down_then_up_gets_every_delta_exactly_once() {
     collector_down_then_up("delta");
 }
 
-/// SIGTERM pushes the counts since the last push, then exits.
-#[test]
-fn sigterm_pushes_the_last_counts_and_exits() {
+/// A daemon pushing once an hour, and an exhausted client it has counted
+/// (not pushed yet): only the final push on SIGTERM can carry its count.
+struct BeforeTheFinalPush {
+    sink: Sink,
+    daemon: Daemon,
+    _namespace: (Netns, Server),
+    pid: u32,
+    failures: u64,
+}
+
+fn before_the_final_push() -> BeforeTheFinalPush {
     let port = free_port();
     let sink = Sink::http(port);
     let endpoint = format!("http://127.0.0.1:{port}");
-    // An interval far beyond the test: only the final push can carry them.
-    let mut daemon = start_daemon_with_env(
+    let daemon = start_daemon_with_env(
         &["--otlp-endpoint", &endpoint, "--otlp-protocol", "http/protobuf", "--otlp-interval", "1h"],
         &[],
     );
-    let (_ns, _server, pid, failures) = exhaust_ports();
+    let (ns, server, pid, failures) = exhaust_ports();
     scrape_until(&daemon, Duration::from_secs(10), |b| {
         sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
     });
     assert_eq!(sink.requests(), 0, "nothing pushed before the interval");
+    BeforeTheFinalPush { sink, daemon, _namespace: (ns, server), pid, failures }
+}
+
+/// SIGTERM pushes the counts since the last push, then exits.
+#[test]
+fn sigterm_pushes_the_last_counts_and_exits() {
+    let BeforeTheFinalPush { sink, mut daemon, _namespace, pid, failures } = before_the_final_push();
     // A hang detector, not a speed check: the final push is bounded.
     let status = daemon.terminate(Duration::from_secs(30)).expect("observer still running 30 s after SIGTERM");
     assert!(status.success(), "{status:?}");
@@ -442,17 +456,7 @@ fn sigterm_pushes_the_last_counts_and_exits() {
 fn sigterm_under_a_flood_of_unfinished_requests_still_pushes_the_last_counts() {
     use std::sync::atomic::{AtomicBool, Ordering};
     room_for_the_flood();
-    let port = free_port();
-    let sink = Sink::http(port);
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let mut daemon = start_daemon_with_env(
-        &["--otlp-endpoint", &endpoint, "--otlp-protocol", "http/protobuf", "--otlp-interval", "1h"],
-        &[],
-    );
-    let (_ns, _server, pid, failures) = exhaust_ports();
-    scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
-    });
+    let BeforeTheFinalPush { sink, mut daemon, _namespace, pid, failures } = before_the_final_push();
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = flood(daemon.port, stop.clone());
     std::thread::sleep(Duration::from_secs(2));

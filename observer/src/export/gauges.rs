@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
 
-use super::{process_attrs, reading};
+use super::{process_attrs, reading, u64_gauge};
 use crate::snapshot::Published;
 
 /// Each process's open files against its RLIMIT_NOFILE (the processes
@@ -21,19 +21,14 @@ pub(super) fn register_open_files(meter: &Meter, published: &Arc<Published>) {
         ("observer.process.open_files.limit", "The process's soft RLIMIT_NOFILE", |f| f.limit),
     ];
     for (name, description, pick) in gauges {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit("{file}")
-            .with_callback(reading(published, move |st, obs| {
-                let mut attrs = Vec::with_capacity(7);
-                for (who, files) in &st.node.open_files {
-                    attrs.clear();
-                    process_attrs(who, &mut attrs);
-                    obs.observe(pick(files), &attrs);
-                }
-            }))
-            .build();
+        u64_gauge(meter, published, name, description, "{file}", move |st, obs| {
+            let mut attrs = Vec::with_capacity(7);
+            for (who, files) in &st.node.open_files {
+                attrs.clear();
+                process_attrs(who, &mut attrs);
+                obs.observe(pick(files), &attrs);
+            }
+        });
     }
 }
 
@@ -50,22 +45,22 @@ fn destination_attrs(netns: &str, d: &crate::node::usage::Destination) -> [KeyVa
 /// Ceilings next to usage, per network namespace (`network_namespace`:
 /// "host" or the namespace's inode number).
 pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
-    meter
-        .u64_observable_gauge("observer.ephemeral_ports.used")
-        .with_description(
-            "Local ports of the ephemeral range in use toward a destination (all states holding one, TIME_WAIT \
-             included), for the most used destinations of each namespace; compare with \
-             observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
-        )
-        .with_unit("{port}")
-        .with_callback(reading(published, move |st, obs| {
+    u64_gauge(
+        meter,
+        published,
+        "observer.ephemeral_ports.used",
+        "Local ports of the ephemeral range in use toward a destination (all states holding one, TIME_WAIT \
+         included), for the most used destinations of each namespace; compare with \
+         observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
+        "{port}",
+        move |st, obs| {
             for (netns, u) in &st.node.namespaces {
                 for d in &u.destinations {
                     obs.observe(d.used.into(), &destination_attrs(netns, d));
                 }
             }
-        }))
-        .build();
+        },
+    );
     meter
         .f64_observable_gauge("observer.ephemeral_ports.exhaustion")
         .with_description(
@@ -99,16 +94,11 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
         ),
     ];
     for (name, description, unit, pick) in per_netns {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit(unit)
-            .with_callback(reading(published, move |st, obs| {
-                for (netns, u) in &st.node.namespaces {
-                    obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
-                }
-            }))
-            .build();
+        u64_gauge(meter, published, name, description, unit, move |st, obs| {
+            for (netns, u) in &st.node.namespaces {
+                obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
+            }
+        });
     }
     type QueuePick = fn(&crate::node::sock_diag::Listener) -> u64;
     let queues: [(&str, &str, QueuePick); 2] = [
@@ -120,26 +110,21 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
         }),
     ];
     for (name, description, pick) in queues {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit("{connection}")
-            .with_callback(reading(published, move |st, obs| {
-                let mut attrs = Vec::with_capacity(10);
-                for gauge in &st.node.listeners {
-                    let q = &gauge.listener;
-                    attrs.clear();
-                    attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
-                    attrs.push(KeyValue::new("server.address", q.address.to_string()));
-                    attrs.push(KeyValue::new("server.port", i64::from(q.port)));
-                    // The process that listens (and its pod), when known.
-                    if let Some(owner) = &gauge.owner {
-                        process_attrs(owner, &mut attrs);
-                    }
-                    obs.observe(pick(q), &attrs);
+        u64_gauge(meter, published, name, description, "{connection}", move |st, obs| {
+            let mut attrs = Vec::with_capacity(10);
+            for gauge in &st.node.listeners {
+                let q = &gauge.listener;
+                attrs.clear();
+                attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
+                attrs.push(KeyValue::new("server.address", q.address.to_string()));
+                attrs.push(KeyValue::new("server.port", i64::from(q.port)));
+                // The process that listens (and its pod), when known.
+                if let Some(owner) = &gauge.owner {
+                    process_attrs(owner, &mut attrs);
                 }
-            }))
-            .build();
+                obs.observe(pick(q), &attrs);
+            }
+        });
     }
     meter
         .u64_observable_gauge("observer.net.setting")

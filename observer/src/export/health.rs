@@ -8,7 +8,7 @@ use opentelemetry::{
     metrics::{AsyncInstrument, Meter},
 };
 
-use super::{ExportCounts, ExportStats, reading};
+use super::{ExportCounts, ExportStats, reading, u64_gauge};
 use crate::series::Counter;
 use crate::snapshot::Published;
 
@@ -77,16 +77,11 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
         ("observer.map.capacity", "Maximum entries of each kernel map", |f| f.capacity),
     ];
     for (name, description, pick) in fill {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit("{entry}")
-            .with_callback(reading(published, move |st, obs| {
-                for f in &st.kernel.maps {
-                    obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
-                }
-            }))
-            .build();
+        u64_gauge(meter, published, name, description, "{entry}", move |st, obs| {
+            for f in &st.kernel.maps {
+                obs.observe(pick(f), &[KeyValue::new("map", f.map)]);
+            }
+        });
     }
     meter
         .u64_observable_counter("observer.map.evictions")
@@ -119,16 +114,11 @@ pub(super) fn register_series(meter: &Meter, published: &Arc<Published>) {
         ),
     ];
     for (name, description, pick) in gauges {
-        meter
-            .u64_observable_gauge(name)
-            .with_description(description)
-            .with_unit("{series}")
-            .with_callback(reading(published, move |st, obs| {
-                for counter in Counter::ALL {
-                    obs.observe(pick(&st.series, counter), &[KeyValue::new("instrument", counter.instrument())]);
-                }
-            }))
-            .build();
+        u64_gauge(meter, published, name, description, "{series}", move |st, obs| {
+            for counter in Counter::ALL {
+                obs.observe(pick(&st.series, counter), &[KeyValue::new("instrument", counter.instrument())]);
+            }
+        });
     }
     meter
         .u64_observable_counter("observer.series.folded")

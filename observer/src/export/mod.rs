@@ -161,6 +161,23 @@ pub fn errno_name(errno: u32) -> String {
     if e == nix::errno::Errno::UnknownErrno { format!("errno_{errno}") } else { format!("{e:?}") }
 }
 
+/// A u64 gauge whose callback `read`s the latest snapshot.
+fn u64_gauge(
+    meter: &opentelemetry::metrics::Meter,
+    published: &Arc<Published>,
+    name: &'static str,
+    description: &'static str,
+    unit: &'static str,
+    read: impl Fn(&Snapshot, &dyn AsyncInstrument<u64>) + Send + Sync + 'static,
+) {
+    meter
+        .u64_observable_gauge(name)
+        .with_description(description)
+        .with_unit(unit)
+        .with_callback(reading(published, read))
+        .build();
+}
+
 /// A callback for an observable instrument: `read` gets the latest
 /// snapshot at each collection.
 fn reading<T: 'static>(

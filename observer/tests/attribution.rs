@@ -79,7 +79,8 @@ fn series_name_the_container_and_pod_of_the_process() {
         sample(body, "observer_tcp_connect_errors_total", &all)
     };
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        [pid_a, pid_b, pid_host].iter().all(|pid| errors(b, *pid, &[]).is_some())
+        // All three of each: a client's errors can straddle two rounds.
+        [pid_a, pid_b, pid_host].iter().all(|pid| errors(b, *pid, &[]) == Some(3))
     });
 
     let a = [

@@ -218,7 +218,8 @@ fn sighup_and_restart_never_count_twice() {
     let labels = [format!("process_pid=\"{}\"", client.pid)];
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let errors = |body: &str| sample(body, "observer_tcp_connect_errors_total", &labels);
-    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| errors(b).is_some());
+    // Until all three: the client's errors can straddle two rounds.
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| errors(b) == Some(3));
     assert_eq!(errors(&body), Some(3), "{body}");
 
     let hup = Command::new("kill").args(["-HUP", &daemon.child.id().to_string()]).status().unwrap();
@@ -237,7 +238,7 @@ fn sighup_and_restart_never_count_twice() {
     let again_labels = [format!("process_pid=\"{}\"", again.pid)];
     let again_labels: Vec<&str> = again_labels.iter().map(String::as_str).collect();
     let body = common::daemon::scrape_until(&restarted, Duration::from_secs(10), |b| {
-        sample(b, "observer_tcp_connect_errors_total", &again_labels).is_some()
+        sample(b, "observer_tcp_connect_errors_total", &again_labels) == Some(2)
     });
     assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &again_labels), Some(2), "{body}");
     assert_eq!(errors(&body), None, "the first client's errors belong to the first daemon: {body}");

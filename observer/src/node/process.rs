@@ -19,9 +19,7 @@ pub fn started_at(proc_root: &Path, pid: u32) -> Option<u64> {
 fn runs(dir: &Path, state: char) -> bool {
     match state {
         'Z' | 'X' => std::fs::read_dir(dir.join("task"))
-            .map(|tasks| {
-                tasks.flatten().any(|t| !matches!(stat(&t.path().join("stat")), None | Some(('Z' | 'X', _))))
-            })
+            .map(|tasks| tasks.flatten().any(|t| !matches!(stat(&t.path().join("stat")), None | Some(('Z' | 'X', _)))))
             .unwrap_or(false),
         _ => true,
     }

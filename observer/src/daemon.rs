@@ -28,6 +28,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         (Some(otlp), Some(reader)) => Some(otlp::Pusher::new(otlp.clone(), reader.clone())?),
         _ => None,
     };
+    raise_open_files_limit(config.max_namespaces);
     let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
     let mut attachments = probes.attachments.clone();
     attachments.push(check_sock_diag()?);
@@ -160,10 +161,36 @@ fn collect_loop(rounds: &mut Rounds, published: &Published, interval: Duration, 
     }
 }
 
+/// File descriptors each namespace the sweep reads holds open
+/// (`node::sweep::NetnsFiles`), and a margin for everything else.
+const FILES_PER_NAMESPACE: u64 = 11;
+const FILES_BESIDES: u64 = 1024;
+
+/// The sweep holds files open in every namespace it reads: raise the soft
+/// RLIMIT_NOFILE to the hard one (allowed without any capability), and say
+/// so when even that is short of what --max-namespaces may need.
+fn raise_open_files_limit(max_namespaces: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        warn!(soft, hard, "cannot raise the open files limit (RLIMIT_NOFILE) to its hard limit");
+    }
+    let needed = max_namespaces as u64 * FILES_PER_NAMESPACE + FILES_BESIDES;
+    if hard < needed {
+        warn!(
+            limit = hard,
+            needed,
+            "the open files limit may be short for --max-namespaces (each namespace holds {FILES_PER_NAMESPACE} \
+             files open): namespaces beyond it are counted in observer_namespaces{{reading=\"unread\"}}; raise \
+             the hard RLIMIT_NOFILE (LimitNOFILE=, ulimit -Hn) or lower --max-namespaces"
+        );
+    }
+}
+
 /// Listen overflows come from sock_diag; make sure it answers here before
 /// claiming the hook is attached.
 fn check_sock_diag() -> Result<Attachment, Error> {
-    match sock_diag::dump_listeners(0) {
+    match sock_diag::DiagSocket::open().and_then(|mut diag| diag.listeners(0)) {
         Ok(_) => Ok(Attachment {
             hook: "listen_overflow",
             mode: Mode::SockDiag,

@@ -14,10 +14,10 @@ use crate::{
     collect::{Collector, Deltas, KernelMaps},
     config::RunConfig,
     error::Error,
-    node::{self, NodeReading, files, trend::PortTrend},
+    node::{NodeReading, files, sweep::Sweeper, trend::PortTrend},
     probes::{Attachment, ProgramHandle},
     series::SeriesStore,
-    snapshot::{KernelHealth, ListenerGauge, NodeGauges, RoundStats, Snapshot},
+    snapshot::{KernelHealth, ListenerGauge, NamespaceGauge, NodeGauges, RoundStats, Snapshot},
 };
 
 /// What one round produced: the deltas it applied (the kernel tests sum
@@ -30,6 +30,7 @@ pub struct RoundOutput {
 /// The state that lasts from round to round.
 pub struct Rounds {
     collector: Collector,
+    sweeper: Sweeper,
     series: SeriesStore,
     trend: PortTrend,
     /// The host's /proc, where the node is read.
@@ -51,6 +52,7 @@ impl Rounds {
         let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
         Self {
             collector: Collector::new(maps, config.proc_root.clone(), attributor),
+            sweeper: Sweeper::new(&config.proc_root, config.max_namespaces, config.interval),
             series: SeriesStore::new(config.limits),
             trend: PortTrend::default(),
             proc_root: config.proc_root.clone(),
@@ -73,7 +75,7 @@ impl Rounds {
 
     /// One round, started at `now`.
     pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
-        let mut node = node::sweep(&self.proc_root);
+        let mut node = self.sweeper.sweep();
         self.trend.update(now, &mut node);
         let deltas = match self.collector.collect(now, self.grace, &node) {
             Ok(deltas) => deltas,
@@ -101,7 +103,9 @@ impl Rounds {
     fn gauges(&mut self, node: NodeReading, deltas: &Deltas) -> NodeGauges {
         let mut listeners = Vec::new();
         let mut namespaces = Vec::new();
+        let sweep = node.counts;
         for netns in node.namespaces {
+            let pod = deltas.namespace_pods.get(&netns.inode).cloned();
             for listener in netns.listeners {
                 // Owners whose pod labels are still being looked up are
                 // named from the next round on, labels and all.
@@ -109,10 +113,10 @@ impl Rounds {
                     .listener_owners
                     .get(&listener.cookie)
                     .and_then(|actor| self.series.owner(actor, &deltas.pods));
-                listeners.push(ListenerGauge { netns: netns.name.clone(), listener, owner });
+                listeners.push(ListenerGauge { netns: netns.name.clone(), pod: pod.clone(), listener, owner });
             }
             if let Some(usage) = netns.usage {
-                namespaces.push((netns.name, usage));
+                namespaces.push(NamespaceGauge { name: netns.name, pod, usage });
             }
         }
         let proc_root = &self.proc_root;
@@ -125,7 +129,7 @@ impl Rounds {
                 Some((who, files::of_process(proc_root, pid)?))
             })
             .collect();
-        NodeGauges { namespaces, listeners, open_files }
+        NodeGauges { namespaces, listeners, open_files, sweep }
     }
 
     fn kernel_health(&self, deltas: &Deltas) -> KernelHealth {

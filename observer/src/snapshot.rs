@@ -7,8 +7,9 @@
 use std::sync::{Arc, Mutex};
 
 use crate::{
+    attribution::PodLabels,
     collect::MapFill,
-    node::{files::OpenFiles, sock_diag::Listener, usage::NetnsUsage},
+    node::{NetnsUsage, files::OpenFiles, sock_diag::Listener, sweep::SweepCounts},
     probes::Attachment,
     series::{SeriesStore, Who},
 };
@@ -38,17 +39,29 @@ pub struct KernelHealth {
 
 #[derive(Clone, Default)]
 pub struct NodeGauges {
-    /// Each network namespace's ceilings and usage, by namespace name.
-    pub namespaces: Vec<(String, NetnsUsage)>,
+    /// Each network namespace's ceilings and usage.
+    pub namespaces: Vec<NamespaceGauge>,
     pub listeners: Vec<ListenerGauge>,
     /// Open files against RLIMIT_NOFILE of each process with series.
     pub open_files: Vec<(Who, OpenFiles)>,
+    /// How the sweep read the namespaces.
+    pub sweep: SweepCounts,
+}
+
+/// A network namespace: its name, its pod when it is one's, its usage.
+#[derive(Clone, Debug)]
+pub struct NamespaceGauge {
+    pub name: String,
+    pub pod: Option<Arc<PodLabels>>,
+    pub usage: NetnsUsage,
 }
 
 /// One listener's accept queue, with the process that listens when known.
 #[derive(Clone, Debug)]
 pub struct ListenerGauge {
     pub netns: String,
+    /// The namespace's pod (the owner's labels say it too, when known).
+    pub pod: Option<Arc<PodLabels>>,
     pub listener: Listener,
     pub owner: Option<Who>,
 }

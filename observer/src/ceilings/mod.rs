@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::{
     attribution::Attributor,
     error::Error,
-    node::{self, files, netns, owners, settings, sock_diag, usage::NetnsUsage},
+    node::{NetnsUsage, files, netns, owners, settings, sock_diag, sweep},
 };
 
 /// What to look at.
@@ -35,7 +35,9 @@ pub enum Scope {
 pub struct NetnsReport {
     pub netns: String,
     pub settings: settings::NetSettings,
-    pub time_wait: u32,
+    /// None when the namespace was not dumped: it has fewer than the
+    /// warning's share of its ceiling (see its finding).
+    pub time_wait: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -72,11 +74,11 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
             (*inode, name)
         })
         .collect();
-    let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
-        netns::in_each_namespace(namespaces, |inode| match node::read_namespace(inode)? {
-            (listeners, Some(usage)) => Some((inode, listeners, usage)),
-            (_, None) => None,
-        });
+    // A namespace whose sockets could not give any destination the
+    // warning's share of its ports is not dumped (a dump walks every socket
+    // of the node): its one finding says how many sockets hold ports.
+    let (warning, _) = Check::EphemeralPorts.thresholds();
+    let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> = sweep::once(namespaces, warning);
     let mut attributor = Attributor::new(proc_root, None, pod_logs);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
     let owners = owners::owners_of_sockets(proc_root, &inodes);
@@ -84,17 +86,24 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     for (inode, listeners, u) in &usages {
         let netns = &names[inode];
         let limit = u64::from(u.settings.ephemeral_ports());
-        for d in &u.destinations {
-            let subject = format!("{} -> {}", d.source, d.destination);
-            report.findings.push(Finding::new(Check::EphemeralPorts, netns, subject, d.used.into(), limit));
+        let tw_limit = u64::from(u.settings.tcp_max_tw_buckets);
+        match &u.counts {
+            Some(counts) => {
+                for d in &counts.destinations {
+                    let subject = format!("{} -> {}", d.source, d.destination);
+                    report.findings.push(Finding::new(Check::EphemeralPorts, netns, subject, d.used.into(), limit));
+                }
+                let subject = "TIME-WAIT sockets".to_string();
+                report.findings.push(Finding::new(Check::TimeWait, netns, subject, counts.time_wait, tw_limit));
+            }
+            // Too few sockets for a finding: the bounds say so.
+            None => {
+                let subject = format!("any destination (at most {} sockets hold ports)", u.port_holders);
+                report.findings.push(Finding::new(Check::EphemeralPorts, netns, subject, u.port_holders, limit));
+                let subject = format!("TIME-WAIT sockets (at most {})", u.minisockets);
+                report.findings.push(Finding::new(Check::TimeWait, netns, subject, u.minisockets, tw_limit));
+            }
         }
-        report.findings.push(Finding::new(
-            Check::TimeWait,
-            netns,
-            "TIME-WAIT sockets".into(),
-            u.time_wait.into(),
-            u.settings.tcp_max_tw_buckets.into(),
-        ));
         for l in listeners {
             let owner = owners
                 .get(&l.inode)
@@ -106,7 +115,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         report.namespaces.push(NetnsReport {
             netns: netns.clone(),
             settings: u.settings.clone(),
-            time_wait: u.time_wait,
+            time_wait: u.counts.as_ref().map(|c| c.time_wait),
         });
     }
     open_files(scope, proc_root, &names, &mut attributor, &mut report.findings);

@@ -58,6 +58,8 @@ pub struct Deltas {
     /// The pod labels of every actor in these deltas (None: host), by
     /// `pod_key`.
     pub pods: HashMap<PodKey, Option<Arc<PodLabels>>>,
+    /// The pod of each network namespace that belongs to one, by inode.
+    pub namespace_pods: HashMap<u32, Arc<PodLabels>>,
 }
 
 pub struct Collector {
@@ -78,6 +80,9 @@ pub struct Collector {
     listeners: ListenerTracker,
     proc_root: PathBuf,
     resolver: Resolver,
+    /// Each namespace's pod, once known (None: not a pod's), by inode: a
+    /// namespace never changes pods.
+    namespace_pods: HashMap<u32, Option<Arc<PodLabels>>>,
     held: holdback::Held,
     /// Hold back counts whose pod labels are pending (off for the last
     /// round before exit, when nothing may stay behind).
@@ -101,6 +106,7 @@ impl Collector {
             listeners: ListenerTracker::default(),
             proc_root,
             resolver: Resolver::spawn(attributor),
+            namespace_pods: HashMap::new(),
             held: holdback::Held::default(),
             holding: true,
             evictions: lru::EvictionTracker::default(),
@@ -114,9 +120,17 @@ impl Collector {
     }
 
     /// The pod labels of every actor in `deltas`, from the lookup thread;
-    /// counts whose labels are still pending wait for the next round.
-    fn attribute(&mut self, deltas: &mut Deltas, now: Instant) {
+    /// counts whose labels are still pending wait for the next round. Also
+    /// each namespace's pod, from a process in it (asked once).
+    fn attribute(&mut self, deltas: &mut Deltas, node: &NodeReading, now: Instant) {
         self.held.release_into(deltas);
+        self.namespace_pods.retain(|inode, _| node.namespaces.iter().any(|n| n.inode == *inode));
+        let namespaces: Vec<(u32, u32)> = node
+            .namespaces
+            .iter()
+            .filter(|n| !self.namespace_pods.contains_key(&n.inode))
+            .filter_map(|n| Some((n.inode, n.pid?)))
+            .collect();
         let wanted: Vec<(PodKey, u64, u32)> = deltas
             .procs
             .iter()
@@ -125,9 +139,21 @@ impl Collector {
             .chain(deltas.listen_drops.iter().map(|d| d.owner))
             .chain(deltas.listener_owners.values().copied())
             .map(|actor| (pod_key(&actor), actor.cgroup_id, actor.tgid))
+            .chain(namespaces.iter().map(|&(_, pid)| ((pid, 0), 0, pid)))
             .collect();
+        let resolved = self.resolver.resolve(&wanted, now);
+        for (inode, pid) in namespaces {
+            if let Some(Lookup::Known(labels)) = resolved.get(&(pid, 0)) {
+                self.namespace_pods.insert(inode, labels.clone());
+                // Kept per namespace from now on (a process's own counts,
+                // if it has any, ask again).
+                self.resolver.forget((pid, 0));
+            }
+        }
+        deltas.namespace_pods =
+            self.namespace_pods.iter().filter_map(|(inode, pod)| Some((*inode, pod.clone()?))).collect();
         let mut pending = HashSet::new();
-        for (key, lookup) in self.resolver.resolve(&wanted, now) {
+        for (key, lookup) in resolved {
             match lookup {
                 Lookup::Known(labels) => {
                     deltas.pods.insert(key, labels);
@@ -262,7 +288,7 @@ impl Collector {
             deltas.lost[slot as usize] = values.iter().sum();
         }
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
-        self.attribute(&mut deltas, now);
+        self.attribute(&mut deltas, node, now);
         Ok(deltas)
     }
 

@@ -110,6 +110,12 @@ settings! {
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]
     max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
 
+    /// Network namespaces (pods, the host, `ip netns`) that are read; more
+    /// are left out, and observer_namespaces{reading="unread"} says how
+    /// many. Each holds 11 file descriptors of observer's open.
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_NAMESPACES")]
+    max_namespaces: MaxNamespaces = Preset::Value(MaxNamespaces(1024)),
+
     /// The host's /proc, to find every network namespace (set it when
     /// running in a container with the host's /proc mounted elsewhere).
     #[arg(long, value_name = "DIR", env = "OBSERVER_PROC_ROOT")]
@@ -263,6 +269,7 @@ impl Settings {
                 max_series: preset(s.max_series).0 as usize,
             },
             max_sockets: preset(s.max_sockets).0,
+            max_namespaces: preset(s.max_namespaces).0 as usize,
             proc_root: preset(s.proc_root),
             kernel_btf: preset(s.kernel_btf),
             cgroup_root: s.cgroup_root,

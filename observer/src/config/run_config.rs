@@ -15,6 +15,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// Capacity of the socket-owner map (SOCK_OWNERS).
     pub max_sockets: u32,
+    /// Network namespaces read at most.
+    pub max_namespaces: usize,
     /// The host's /proc (in a container: where the host's /proc is mounted).
     pub proc_root: PathBuf,
     /// The kernel's BTF (its own, or one from BTFHub for older kernels).

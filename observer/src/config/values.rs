@@ -221,6 +221,14 @@ macro_rules! choice_setting {
     };
 }
 
+number_setting!(
+    /// How many network namespaces are read. Each holds 11 file
+    /// descriptors open (a sock_diag socket, 3 /proc/net and 7 sysctl
+    /// files), so the bound also bounds observer's files.
+    MaxNamespaces,
+    1..=65_536
+);
+
 choice_setting!(AttachMode, "an attach mode");
 choice_setting!(Protocol, "an OTLP protocol");
 choice_setting!(TemporalityChoice, "a temporality");

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use opentelemetry::{KeyValue, metrics::Meter};
 
 use super::{process_attrs, reading, u64_gauge};
-use crate::snapshot::Published;
+use crate::{
+    attribution::PodLabels,
+    snapshot::{NamespaceGauge, Published},
+};
 
 /// Each process's open files against its RLIMIT_NOFILE (the processes
 /// with series: those that connect, accept or listen).
@@ -32,14 +35,27 @@ pub(super) fn register_open_files(meter: &Meter, published: &Arc<Published>) {
     }
 }
 
+/// A network namespace: its name, and its pod's labels when it is a pod's.
+fn netns_attrs(name: &str, pod: Option<&PodLabels>, out: &mut Vec<KeyValue>) {
+    out.push(KeyValue::new("network_namespace", name.to_string()));
+    if let Some(pod) = pod {
+        out.push(KeyValue::new("k8s.pod.uid", pod.pod_uid.clone()));
+        for (key, value) in [("k8s.pod.name", &pod.pod_name), ("k8s.namespace.name", &pod.namespace)] {
+            if let Some(v) = value {
+                out.push(KeyValue::new(key, v.clone()));
+            }
+        }
+    }
+}
+
 /// A destination of a namespace's ephemeral ports.
-fn destination_attrs(netns: &str, d: &crate::node::usage::Destination) -> [KeyValue; 4] {
-    [
-        KeyValue::new("network_namespace", netns.to_string()),
-        KeyValue::new("source.address", d.source.to_string()),
-        KeyValue::new("server.address", d.destination.ip().to_string()),
-        KeyValue::new("server.port", i64::from(d.destination.port())),
-    ]
+fn destination_attrs(ns: &NamespaceGauge, d: &crate::node::usage::Destination) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(7);
+    netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
+    attrs.push(KeyValue::new("source.address", d.source.to_string()));
+    attrs.push(KeyValue::new("server.address", d.destination.ip().to_string()));
+    attrs.push(KeyValue::new("server.port", i64::from(d.destination.port())));
+    attrs
 }
 
 /// Ceilings next to usage, per network namespace (`network_namespace`:
@@ -54,9 +70,9 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
          observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
         "{port}",
         move |st, obs| {
-            for (netns, u) in &st.node.namespaces {
-                for d in &u.destinations {
-                    obs.observe(d.used.into(), &destination_attrs(netns, d));
+            for ns in &st.node.namespaces {
+                for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
+                    obs.observe(d.used.into(), &destination_attrs(ns, d));
                 }
             }
         },
@@ -69,34 +85,43 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
         )
         .with_unit("s")
         .with_callback(reading(published, move |st, obs| {
-            for (netns, u) in &st.node.namespaces {
-                for d in &u.destinations {
+            for ns in &st.node.namespaces {
+                for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
                     let Some(seconds) = d.exhaustion_seconds else { continue };
-                    obs.observe(seconds, &destination_attrs(netns, d));
+                    obs.observe(seconds, &destination_attrs(ns, d));
                 }
             }
         }))
         .build();
-    type NetnsPick = fn(&crate::node::usage::NetnsUsage) -> u64;
+    type NetnsPick = fn(&crate::node::NetnsUsage) -> Option<u64>;
     let per_netns: [(&str, &str, &str, NetnsPick); 3] = [
         (
             "observer.ephemeral_ports.limit",
             "Local ports connect() can use toward one destination: ip_local_port_range minus the reserved ports",
             "{port}",
-            |u| u.settings.ephemeral_ports().into(),
+            |u| Some(u.settings.ephemeral_ports().into()),
         ),
-        ("observer.time_wait.sockets", "TCP sockets in TIME_WAIT now", "{socket}", |u| u.time_wait.into()),
+        (
+            "observer.time_wait.sockets",
+            "TCP sockets in TIME_WAIT now (ss state time-wait), from the namespace's latest dump",
+            "{socket}",
+            |u| u.counts.as_ref().map(|c| c.time_wait),
+        ),
         (
             "observer.time_wait.limit",
             "net.ipv4.tcp_max_tw_buckets: beyond it, sockets skip TIME_WAIT (TCPTimeWaitOverflow)",
             "{socket}",
-            |u| u.settings.tcp_max_tw_buckets.into(),
+            |u| Some(u.settings.tcp_max_tw_buckets.into()),
         ),
     ];
     for (name, description, unit, pick) in per_netns {
         u64_gauge(meter, published, name, description, unit, move |st, obs| {
-            for (netns, u) in &st.node.namespaces {
-                obs.observe(pick(u), &[KeyValue::new("network_namespace", netns.clone())]);
+            let mut attrs = Vec::with_capacity(4);
+            for ns in &st.node.namespaces {
+                let Some(value) = pick(&ns.usage) else { continue };
+                attrs.clear();
+                netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
+                obs.observe(value, &attrs);
             }
         });
     }
@@ -115,12 +140,16 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
             for gauge in &st.node.listeners {
                 let q = &gauge.listener;
                 attrs.clear();
-                attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
                 attrs.push(KeyValue::new("server.address", q.address.to_string()));
                 attrs.push(KeyValue::new("server.port", i64::from(q.port)));
-                // The process that listens (and its pod), when known.
-                if let Some(owner) = &gauge.owner {
-                    process_attrs(owner, &mut attrs);
+                // The process that listens (and its pod), when known; else
+                // the namespace's pod.
+                match &gauge.owner {
+                    Some(owner) => {
+                        attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
+                        process_attrs(owner, &mut attrs);
+                    }
+                    None => netns_attrs(&gauge.netns, gauge.pod.as_deref(), &mut attrs),
                 }
                 obs.observe(pick(q), &attrs);
             }
@@ -133,8 +162,9 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
              tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets",
         )
         .with_callback(reading(published, move |st, obs| {
-            for (netns, u) in &st.node.namespaces {
-                let s = &u.settings;
+            let mut attrs = Vec::with_capacity(5);
+            for ns in &st.node.namespaces {
+                let s = &ns.usage.settings;
                 for (setting, value) in [
                     ("ip_local_port_range_low", u32::from(s.ip_local_port_range.0)),
                     ("ip_local_port_range_high", u32::from(s.ip_local_port_range.1)),
@@ -144,10 +174,10 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
                     ("tcp_max_syn_backlog", s.tcp_max_syn_backlog),
                     ("tcp_max_tw_buckets", s.tcp_max_tw_buckets),
                 ] {
-                    obs.observe(
-                        value.into(),
-                        &[KeyValue::new("network_namespace", netns.clone()), KeyValue::new("setting", setting)],
-                    );
+                    attrs.clear();
+                    netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
+                    attrs.push(KeyValue::new("setting", setting));
+                    obs.observe(value.into(), &attrs);
                 }
             }
         }))

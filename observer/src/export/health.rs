@@ -62,6 +62,22 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
         }))
         .build();
 
+    u64_gauge(
+        meter,
+        published,
+        "observer.namespaces",
+        "Network namespaces by how the last round read them: current (ports per destination exact as of the \
+         round), deferred (changed, waiting for their turn to be dumped; their last reading is exported), unread \
+         (beyond --max-namespaces, or their files could not be opened)",
+        "{namespace}",
+        move |st, obs| {
+            let c = &st.node.sweep;
+            for (reading, value) in [("current", c.current), ("deferred", c.deferred), ("unread", c.unread)] {
+                obs.observe(value, &[KeyValue::new("reading", reading)]);
+            }
+        },
+    );
+
     meter
         .u64_observable_counter("observer.collection.failures")
         .with_description("Collections that failed (logged once per streak, retried every interval)")

@@ -1,20 +1,23 @@
 //! Reading the node besides the kernel maps: its network namespaces, their
-//! sockets (sock_diag) and settings, who owns a socket and how many files
-//! a process holds (/proc). The daemon reads it once per round
-//! (`sweep`), `observer doctor` on demand; both enter each namespace once.
+//! sockets (sock_diag), counts and settings, who owns a socket and how many
+//! files a process holds (/proc). The daemon reads it once per round
+//! (`sweep::Sweeper`), `observer doctor` on demand (`sweep::once`).
 pub mod files;
 pub mod netns;
 pub mod owners;
 pub mod process;
+pub mod screen;
 pub mod settings;
 pub mod sock_diag;
+pub mod sweep;
 pub mod trend;
 pub mod usage;
 
-use std::path::Path;
-
+use serde::Serialize;
+use settings::NetSettings;
 use sock_diag::Listener;
-use usage::NetnsUsage;
+use sweep::SweepCounts;
+use usage::SocketCounts;
 
 /// One network namespace as a sweep found it.
 #[derive(Clone, Debug)]
@@ -23,6 +26,9 @@ pub struct NetnsReading {
     /// "host", or the namespace's inode number (stable for its life,
     /// unlike a pid).
     pub name: String,
+    /// A process in it, whose pod is the namespace's (None: no process,
+    /// only a bind mount holds it).
+    pub pid: Option<u32>,
     /// Every listener, with its accept queue and drops.
     pub listeners: Vec<Listener>,
     /// The ceilings and their usage; None if they could not be read (the
@@ -30,10 +36,26 @@ pub struct NetnsReading {
     pub usage: Option<NetnsUsage>,
 }
 
+/// A namespace's ceilings and what it uses of them.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetnsUsage {
+    pub settings: NetSettings,
+    /// Sockets that hold a local port now (the screen's in_use +
+    /// minisockets): no destination has more of the namespace's ports.
+    pub port_holders: u64,
+    /// TIME_WAIT and orphaned FIN_WAIT2 minisockets now, what
+    /// tcp_max_tw_buckets bounds.
+    pub minisockets: u64,
+    /// Ports per destination and TIME_WAIT from the namespace's latest dump
+    /// (see `sweep`); None before its first.
+    pub counts: Option<SocketCounts>,
+}
+
 /// One reading of every network namespace of the node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeReading {
     pub namespaces: Vec<NetnsReading>,
+    pub counts: SweepCounts,
 }
 
 impl NodeReading {
@@ -41,23 +63,4 @@ impl NodeReading {
     pub fn listeners(&self) -> impl Iterator<Item = &Listener> {
         self.namespaces.iter().flat_map(|n| &n.listeners)
     }
-}
-
-/// Every network namespace of the host, entered once each: its listeners
-/// and its usage of the ceilings. A namespace whose listeners cannot be
-/// dumped is left out.
-pub fn sweep(proc_root: &Path) -> NodeReading {
-    let host = netns::host(proc_root);
-    let namespaces = netns::in_each_namespace(netns::all(proc_root), move |inode| {
-        let name = if Some(inode) == host { "host".to_string() } else { inode.to_string() };
-        read_namespace(inode).map(|(listeners, usage)| NetnsReading { inode, name, listeners, usage })
-    });
-    NodeReading { namespaces }
-}
-
-/// The calling thread's namespace (`inode`): its listeners, then its usage.
-pub fn read_namespace(inode: u32) -> Option<(Vec<Listener>, Option<NetnsUsage>)> {
-    let listeners = sock_diag::dump_listeners(inode).ok()?;
-    let usage = usage::read(&listeners).ok();
-    Some((listeners, usage))
 }

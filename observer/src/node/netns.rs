@@ -32,12 +32,22 @@ pub fn all(proc_root: &Path) -> BTreeMap<u32, PathBuf> {
             }
         }
     }
+    // After the processes: a namespace that has both is named by one.
     if let Ok(entries) = std::fs::read_dir("/run/netns") {
         for entry in entries.flatten() {
             add(entry.path());
         }
     }
     found
+}
+
+/// The process whose `ns/net` `path` is (`<proc_root>/<pid>/ns/net`); None
+/// for a bind mount (`ip netns`, a CNI's /run/netns/cni-...).
+pub fn pid_of(path: &Path) -> Option<u32> {
+    if !path.ends_with("ns/net") {
+        return None;
+    }
+    path.parent()?.parent()?.file_name()?.to_str()?.parse().ok()
 }
 
 /// The host's namespace is init's; where init is out of reach (a sandbox),

@@ -1,7 +1,6 @@
 //! The per-namespace settings that bound connections, read from
-//! /proc/sys/net as the calling thread's network namespace sees them (so
-//! read them after entering the namespace).
-use std::io;
+//! /proc/sys/net files opened inside the namespace.
+use std::{fs::File, io, os::unix::fs::FileExt as _};
 
 use serde::Serialize;
 
@@ -18,32 +17,71 @@ pub struct NetSettings {
     pub tcp_max_tw_buckets: u32,
 }
 
-fn read(name: &str) -> io::Result<String> {
-    let path = format!("/proc/sys/net/{}", name.replace('.', "/"));
-    std::fs::read_to_string(&path).map(|s| s.trim().to_string())
+/// The settings' sysctl files, opened in their network namespace: a
+/// /proc/sys/net file answers for the namespace of the thread that opened
+/// it, so once open they are read from any thread, round after round (a
+/// read of an open file costs a fraction of an open).
+pub struct SettingsFiles {
+    port_range: File,
+    reserved_ports: File,
+    numbers: [File; 5],
 }
 
-fn number(name: &str) -> io::Result<u32> {
-    let text = read(name)?;
+/// The settings read as plain numbers, in `NetSettings`' order.
+const NUMBERS: [&str; 5] = [
+    "ipv4/tcp_fin_timeout",
+    "ipv4/tcp_tw_reuse",
+    "core/somaxconn",
+    "ipv4/tcp_max_syn_backlog",
+    "ipv4/tcp_max_tw_buckets",
+];
+
+fn open(name: &str) -> io::Result<File> {
+    File::open(format!("/proc/sys/net/{name}"))
+}
+
+/// A sysctl file's value, read from its start.
+fn read(file: &File, name: &str) -> io::Result<String> {
+    let mut buf = [0u8; 512];
+    let n = file.read_at(&mut buf, 0)?;
+    String::from_utf8(buf[..n].to_vec())
+        .map(|s| s.trim().to_string())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: not text")))
+}
+
+fn number(file: &File, name: &str) -> io::Result<u32> {
+    let text = read(file, name)?;
     text.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: `{text}` is not a number")))
 }
 
-impl NetSettings {
-    pub fn read() -> io::Result<Self> {
-        let range = read("ipv4.ip_local_port_range")?;
-        let ip_local_port_range = parse_range(&range.replace(['\t', ' '], "-").replace("--", "-"))
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("ip_local_port_range: `{range}`")))?;
+impl SettingsFiles {
+    /// The calling thread's namespace's settings files.
+    pub fn open() -> io::Result<Self> {
         Ok(Self {
-            ip_local_port_range,
-            ip_local_reserved_ports: parse_port_list(&read("ipv4.ip_local_reserved_ports")?),
-            tcp_fin_timeout: number("ipv4.tcp_fin_timeout")?,
-            tcp_tw_reuse: number("ipv4.tcp_tw_reuse")?,
-            somaxconn: number("core.somaxconn")?,
-            tcp_max_syn_backlog: number("ipv4.tcp_max_syn_backlog")?,
-            tcp_max_tw_buckets: number("ipv4.tcp_max_tw_buckets")?,
+            port_range: open("ipv4/ip_local_port_range")?,
+            reserved_ports: open("ipv4/ip_local_reserved_ports")?,
+            numbers: [open(NUMBERS[0])?, open(NUMBERS[1])?, open(NUMBERS[2])?, open(NUMBERS[3])?, open(NUMBERS[4])?],
         })
     }
 
+    pub fn read(&self) -> io::Result<NetSettings> {
+        let range = read(&self.port_range, "ip_local_port_range")?;
+        let ip_local_port_range = parse_range(&range.replace(['\t', ' '], "-").replace("--", "-"))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("ip_local_port_range: `{range}`")))?;
+        let [fin_timeout, tw_reuse, somaxconn, max_syn_backlog, max_tw_buckets] = &self.numbers;
+        Ok(NetSettings {
+            ip_local_port_range,
+            ip_local_reserved_ports: parse_port_list(&read(&self.reserved_ports, "ip_local_reserved_ports")?),
+            tcp_fin_timeout: number(fin_timeout, NUMBERS[0])?,
+            tcp_tw_reuse: number(tw_reuse, NUMBERS[1])?,
+            somaxconn: number(somaxconn, NUMBERS[2])?,
+            tcp_max_syn_backlog: number(max_syn_backlog, NUMBERS[3])?,
+            tcp_max_tw_buckets: number(max_tw_buckets, NUMBERS[4])?,
+        })
+    }
+}
+
+impl NetSettings {
     pub fn is_ephemeral(&self, port: u16) -> bool {
         let (lo, hi) = self.ip_local_port_range;
         (lo..=hi).contains(&port) && !self.ip_local_reserved_ports.iter().any(|(a, b)| (*a..=*b).contains(&port))

@@ -36,9 +36,10 @@ impl PortTrend {
         let mut seen = BTreeMap::new();
         for netns in &mut sweep.namespaces {
             let Some(usage) = &mut netns.usage else { continue };
-            usage.destinations.truncate(TOP_DESTINATIONS);
             let limit = usage.settings.ephemeral_ports();
-            for d in &mut usage.destinations {
+            let Some(counts) = &mut usage.counts else { continue };
+            counts.destinations.truncate(TOP_DESTINATIONS);
+            for d in &mut counts.destinations {
                 let key = (netns.inode, d.source, d.destination);
                 let mut samples = self.samples.remove(&key).unwrap_or_default();
                 while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {

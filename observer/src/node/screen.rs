@@ -1,0 +1,106 @@
+//! A namespace's screen: the kernel's own per-namespace TCP counts, read
+//! each round for a few microseconds, where a dump of its sockets walks
+//! every socket of the node (`sock_diag::DiagSocket::each_tcp`).
+//!
+//! They answer two questions without a dump: *could* any destination be
+//! near its port ceiling, or TIME_WAIT near its own (at most `in_use +
+//! minisockets` sockets hold a port, whatever their destinations), and did
+//! anything change since the last dump (every new socket bumps ActiveOpens
+//! or PassiveOpens; every socket that goes changes `in_use` or
+//! `minisockets`).
+use std::{
+    fs::File,
+    io::{self, BufReader, Seek as _},
+    os::unix::fs::FileExt as _,
+};
+
+use procfs::FromBufRead as _;
+
+/// The files, opened in the namespace (a /proc/thread-self/net file
+/// answers for the namespace of the thread that opened it).
+pub struct ScreenFiles {
+    sockstat: File,
+    /// Absent when the kernel has no IPv6.
+    sockstat6: Option<File>,
+    snmp: File,
+}
+
+/// One reading of the counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Screen {
+    /// TCP sockets in the kernel's hashes, both families (sockstat's and
+    /// sockstat6's `inuse`): listeners, connections and closing sockets,
+    /// everything but TIME_WAIT.
+    pub in_use: u64,
+    /// The kernel's TIME_WAIT minisockets (sockstat's `tw`): sockets in
+    /// TIME_WAIT and orphaned ones in FIN_WAIT2 (a closed socket waiting
+    /// for its peer's FIN becomes one), what tcp_max_tw_buckets bounds.
+    pub minisockets: u64,
+    /// Connections opened so far, both directions (snmp's ActiveOpens +
+    /// PassiveOpens): only ever grows.
+    pub opened: u64,
+}
+
+impl Screen {
+    /// No destination can have more of this namespace's ports than this.
+    pub fn port_holders(&self) -> u64 {
+        self.in_use + self.minisockets
+    }
+}
+
+impl ScreenFiles {
+    /// The calling thread's namespace's files.
+    pub fn open() -> io::Result<Self> {
+        let net = |name: &str| File::open(format!("/proc/thread-self/net/{name}"));
+        Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp: net("snmp")? })
+    }
+
+    pub fn read(&self) -> io::Result<Screen> {
+        let sockstat = read_text(&self.sockstat)?;
+        let (in_use, minisockets) =
+            sockstat_tcp(&sockstat, "TCP:").ok_or_else(|| invalid(format!("sockstat: no TCP line in `{sockstat}`")))?;
+        let in_use6 = match &self.sockstat6 {
+            Some(file) => sockstat_tcp(&read_text(file)?, "TCP6:").map_or(0, |(in_use, _)| in_use),
+            None => 0,
+        };
+        // procfs parses snmp; a seq file must be read from its start.
+        let mut snmp = &self.snmp;
+        snmp.rewind()?;
+        let snmp = procfs::net::Snmp::from_buf_read(BufReader::new(snmp)).map_err(|e| invalid(format!("snmp: {e}")))?;
+        Ok(Screen { in_use: in_use + in_use6, minisockets, opened: snmp.tcp_active_opens + snmp.tcp_passive_opens })
+    }
+}
+
+fn read_text(file: &File) -> io::Result<String> {
+    let mut buf = [0u8; 1024];
+    let n = file.read_at(&mut buf, 0)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// `inuse` and `tw` of sockstat's TCP line (`TCP: inuse 3 orphan 0 tw 7
+/// alloc 9 mem 1`; sockstat6 has `TCP6: inuse 1`, no `tw`: both families'
+/// TIME_WAIT sockets are in sockstat's). procfs has no parser for these
+/// files; the format is one line of name-value pairs.
+fn sockstat_tcp(text: &str, prefix: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find_map(|l| l.strip_prefix(prefix))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let value = |name: &str| words.chunks(2).find(|kv| kv[0] == name).and_then(|kv| kv.get(1)?.parse().ok());
+    Some((value("inuse")?, value("tw").unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockstat_lines_give_in_use_and_minisockets() {
+        let v4 = "sockets: used 211\nTCP: inuse 9 orphan 0 tw 19 alloc 47 mem 22\nUDP: inuse 2 mem 0\n";
+        assert_eq!(sockstat_tcp(v4, "TCP:"), Some((9, 19)));
+        assert_eq!(sockstat_tcp("TCP6: inuse 4\nUDP6: inuse 1\n", "TCP6:"), Some((4, 0)));
+        assert_eq!(sockstat_tcp("UDP: inuse 2 mem 0\n", "TCP:"), None);
+    }
+}

@@ -22,7 +22,8 @@ pub struct ScreenFiles {
     sockstat: File,
     /// Absent when the kernel has no IPv6.
     sockstat6: Option<File>,
-    snmp: File,
+    /// Absent when changes are not followed (one reading: doctor).
+    snmp: Option<File>,
 }
 
 /// One reading of the counts.
@@ -37,7 +38,7 @@ pub struct Screen {
     /// for its peer's FIN becomes one), what tcp_max_tw_buckets bounds.
     pub minisockets: u64,
     /// Connections opened so far, both directions (snmp's ActiveOpens +
-    /// PassiveOpens): only ever grows.
+    /// PassiveOpens): only ever grows. 0 when changes are not followed.
     pub opened: u64,
 }
 
@@ -49,10 +50,12 @@ impl Screen {
 }
 
 impl ScreenFiles {
-    /// The calling thread's namespace's files.
-    pub fn open() -> io::Result<Self> {
+    /// The calling thread's namespace's files; `follow_changes` for
+    /// readings that are compared round after round.
+    pub fn open(follow_changes: bool) -> io::Result<Self> {
         let net = |name: &str| File::open(format!("/proc/thread-self/net/{name}"));
-        Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp: net("snmp")? })
+        let snmp = if follow_changes { Some(net("snmp")?) } else { None };
+        Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp })
     }
 
     pub fn read(&self) -> io::Result<Screen> {
@@ -63,11 +66,18 @@ impl ScreenFiles {
             Some(file) => sockstat_tcp(&read_text(file)?, "TCP6:").map_or(0, |(in_use, _)| in_use),
             None => 0,
         };
-        // procfs parses snmp; a seq file must be read from its start.
-        let mut snmp = &self.snmp;
-        snmp.rewind()?;
-        let snmp = procfs::net::Snmp::from_buf_read(BufReader::new(snmp)).map_err(|e| invalid(format!("snmp: {e}")))?;
-        Ok(Screen { in_use: in_use + in_use6, minisockets, opened: snmp.tcp_active_opens + snmp.tcp_passive_opens })
+        let opened = match &self.snmp {
+            Some(file) => {
+                // procfs parses snmp; a seq file must be read from its start.
+                let mut snmp = file;
+                snmp.rewind()?;
+                let snmp = procfs::net::Snmp::from_buf_read(BufReader::new(snmp))
+                    .map_err(|e| invalid(format!("snmp: {e}")))?;
+                snmp.tcp_active_opens + snmp.tcp_passive_opens
+            }
+            None => 0,
+        };
+        Ok(Screen { in_use: in_use + in_use6, minisockets, opened })
     }
 }
 

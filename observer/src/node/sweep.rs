@@ -13,8 +13,8 @@
 //!   last dump: a namespace near a ceiling is never the one waiting;
 //! - a *cold* one when it changed since its last dump (or was never
 //!   dumped, or its dump is older than `MAX_AGE`), the longest waiting
-//!   first, while the round's cold dumps take less than their budget (at
-//!   least one per round).
+//!   first, while the round's cold dumps take less than 1% of the interval
+//!   (at least one per round).
 //!
 //! Between dumps a namespace keeps the destinations of its last one: exact
 //! when nothing changed (same screen, settings and listeners), else a cold
@@ -44,8 +44,9 @@ pub const HOT_SHARE: f64 = 0.5;
 /// A cold namespace's dump is redone at least this often, changed or not.
 pub const MAX_AGE: Duration = Duration::from_secs(600);
 
-/// The share of the interval the cold namespaces' dumps may take per round.
-pub const COLD_BUDGET_SHARE: u32 = 50;
+/// The cold namespaces' dumps may take 1/this of the interval per round
+/// (1%: 10 ms at 1 s, three dumps at 100k sockets).
+pub const COLD_BUDGET_SHARE: u32 = 100;
 
 /// One namespace's kernel interfaces, opened from inside it, read from any
 /// thread afterwards. Held open, they keep the namespace alive: they are
@@ -57,9 +58,14 @@ pub struct NetnsFiles {
 }
 
 impl NetnsFiles {
-    /// The calling thread's namespace's files.
-    pub fn open() -> io::Result<Self> {
-        Ok(Self { diag: DiagSocket::open()?, screen: ScreenFiles::open()?, settings: SettingsFiles::open()? })
+    /// The calling thread's namespace's files; `follow_changes` when they
+    /// are read round after round (the daemon), not once (doctor).
+    pub fn open(follow_changes: bool) -> io::Result<Self> {
+        Ok(Self {
+            diag: DiagSocket::open()?,
+            screen: ScreenFiles::open(follow_changes)?,
+            settings: SettingsFiles::open()?,
+        })
     }
 
     /// The cheap parts: listeners, settings, screen.
@@ -167,11 +173,6 @@ impl Sweeper {
             tracked: BTreeMap::new(),
             skipped: 0,
         }
-    }
-
-    /// Namespaces whose files are held open.
-    pub fn tracked(&self) -> usize {
-        self.tracked.len()
     }
 
     /// Read every namespace of the node.
@@ -312,7 +313,7 @@ fn open_in_each(namespaces: BTreeMap<u32, PathBuf>) -> (Vec<(u32, NetnsFiles)>, 
         return (Vec::new(), 0);
     }
     let wanted = namespaces.len();
-    let opened = netns::in_each_namespace(namespaces, |inode| match NetnsFiles::open() {
+    let opened = netns::in_each_namespace(namespaces, |inode| match NetnsFiles::open(true) {
         Ok(files) => Some((inode, files)),
         Err(e) => {
             // EMFILE names the limit to raise.
@@ -330,7 +331,7 @@ fn open_in_each(namespaces: BTreeMap<u32, PathBuf>) -> (Vec<(u32, NetnsFiles)>, 
 /// cannot have a finding at that share; their `counts` are None).
 pub fn once(namespaces: BTreeMap<u32, PathBuf>, share: f64) -> Vec<(u32, Vec<Listener>, NetnsUsage)> {
     netns::in_each_namespace(namespaces, move |inode| {
-        let mut files = NetnsFiles::open().ok()?;
+        let mut files = NetnsFiles::open(false).ok()?;
         let glance = files.glance(inode).ok()?;
         let dumped = glance.could_reach(share);
         let counts = if dumped { Some(files.dump(&glance).ok()?) } else { None };

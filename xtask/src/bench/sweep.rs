@@ -137,6 +137,10 @@ fn point(observer: &Path, churn: &str, pods: usize, sockets: u64) -> Result<Swee
     std::thread::sleep(Duration::from_secs(ROUNDS));
     let round_ms = (cpu_seconds(pid) - before) / since.elapsed().as_secs_f64() * 1000.0;
 
+    // doctor alone: the daemon's dumps would contend with its own.
+    let _ = trickle.kill();
+    let _ = trickle.wait();
+    drop(running);
     let mut doctor_ms = Vec::with_capacity(DOCTOR_RUNS);
     for _ in 0..DOCTOR_RUNS {
         let before = children_cpu_seconds();
@@ -145,11 +149,8 @@ fn point(observer: &Path, churn: &str, pods: usize, sockets: u64) -> Result<Swee
         ensure!(out.status.code().is_some_and(|c| c < 3), "doctor: {}", String::from_utf8_lossy(&out.stderr));
         doctor_ms.push((children_cpu_seconds() - before) * 1000.0);
     }
-    for child in [&mut trickle, &mut server] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    drop(running);
+    let _ = server.kill();
+    let _ = server.wait();
     Ok(SweepPoint { pods, sockets: counted, round_ms, doctor_ms })
 }
 

@@ -195,6 +195,7 @@ pub mod lost {
     pub const PROC_COUNTERS_FULL: u32 = 0;
     pub const CONNECT_ERRORS_FULL: u32 = 1;
     pub const INFLIGHT_FULL: u32 = 2;
+    pub const TIME_WAIT_BY_NETNS_FULL: u32 = 3;
     pub const SLOTS: u32 = 4;
 }
 
@@ -229,6 +230,9 @@ pub mod capacity {
     pub const INFLIGHT_CONNECTS: u32 = 16_384;
     pub const THREAD_CONNECTS: u32 = 16_384;
     pub const EXITED: u32 = 16_384;
+    /// Network namespaces whose TIME_WAIT entries are counted apart (to
+    /// check against the kernel's own count); gone ones are removed.
+    pub const TIME_WAIT_BY_NETNS: u32 = 4_096;
 }
 
 const _: () = {

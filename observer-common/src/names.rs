@@ -22,6 +22,7 @@ pub mod maps {
     pub const EXITED: &str = "EXITED";
     pub const LOST: &str = "LOST";
     pub const LRU_CHURN: &str = "LRU_CHURN";
+    pub const TIME_WAIT_BY_NETNS: &str = "TIME_WAIT_BY_NETNS";
     /// The global with the kernel's struct offsets (not a map of ours,
     /// but set by name the same way).
     pub const OFFSETS: &str = "OFFSETS";

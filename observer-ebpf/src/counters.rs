@@ -17,7 +17,7 @@ use observer_common::{
 
 use crate::maps::{
     CONNECT_ERRORS_0, CONNECT_ERRORS_1, KEYS_CREATED_0, KEYS_CREATED_1, LOST, LRU_CHURN, PROC_COUNTERS_0,
-    PROC_COUNTERS_1, config,
+    PROC_COUNTERS_1, TIME_WAIT_BY_NETNS, config,
 };
 
 #[derive(Clone, Copy)]
@@ -148,6 +148,15 @@ pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
         }
     };
     add(slot, 1);
+}
+
+/// Count one TIME_WAIT entry of a socket of namespace `netns`.
+#[inline(always)]
+pub fn bump_netns_time_wait(netns: u32) {
+    match value_of(&TIME_WAIT_BY_NETNS, &netns, &0) {
+        Some(v) => add(v, 1),
+        None => count_lost(lost::TIME_WAIT_BY_NETNS_FULL),
+    }
 }
 
 /// Count one connect() failure.

@@ -109,6 +109,13 @@ pub static EXITED: HashMap<u32, u32> = HashMap::with_max_entries(capacity::EXITE
 #[map]
 pub static TIME_WAIT_RECENT: PerCpuArray<RecentlyCounted> = PerCpuArray::with_max_entries(1, 0);
 
+/// TIME_WAIT entries per network namespace (its inode), cumulative: the
+/// same events as the process counters, kept apart so userspace can check
+/// them against each namespace's own TcpExtTW + TcpExtTWKilled.
+#[map]
+pub static TIME_WAIT_BY_NETNS: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(capacity::TIME_WAIT_BY_NETNS, 0);
+
 /// Updates that could not be made because a map was full (see `lost`).
 #[map]
 pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0);

@@ -29,8 +29,8 @@ use aya_ebpf::{
 use observer_common::{Actor, RecentlyCounted, tcp_state::*};
 
 use crate::{
-    counters::{ProcCounter, bump_proc},
-    kernel::{IPPROTO_TCP, sock_cgroup_id, sock_err, sock_family, sock_protocol},
+    counters::{ProcCounter, bump_netns_time_wait, bump_proc},
+    kernel::{IPPROTO_TCP, sock_cgroup_id, sock_err, sock_family, sock_netns, sock_protocol},
     maps::{SOCK_OWNERS, TIME_WAIT_RECENT},
 };
 
@@ -129,4 +129,5 @@ pub fn count_time_wait(sk: u64) {
         None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
     };
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
+    bump_netns_time_wait(sock_netns(sk));
 }

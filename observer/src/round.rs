@@ -139,7 +139,9 @@ impl Rounds {
                 (maps::PROC_COUNTERS, deltas.lost[lost::PROC_COUNTERS_FULL as usize]),
                 (maps::CONNECT_ERRORS, deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
                 (maps::INFLIGHT_CONNECTS, deltas.lost[lost::INFLIGHT_FULL as usize]),
+                (maps::TIME_WAIT_BY_NETNS, deltas.lost[lost::TIME_WAIT_BY_NETNS_FULL as usize]),
             ],
+            unseen: vec![("time_wait_entry", deltas.unseen_time_wait)],
             // Cumulative in the kernel: read as is, no delta needed.
             missed: self
                 .programs

@@ -31,6 +31,8 @@ pub struct KernelHealth {
     pub attachments: Vec<Attachment>,
     /// Kernel updates lost to full maps, by map name, cumulative.
     pub lost: Vec<(&'static str, u64)>,
+    /// Events the kernel counted that no program saw, by event, cumulative.
+    pub unseen: Vec<(&'static str, u64)>,
     /// (hook, program, runs the kernel skipped), cumulative.
     pub missed: Vec<(&'static str, &'static str, u64)>,
     /// How full each kernel map is.

@@ -173,7 +173,10 @@ fn files_held_in_each_namespace_close_when_it_goes_and_the_bound_is_counted() {
 
     // Four more than there was room for two of.
     let pods: Vec<Pod> = (0..4).map(|_| Pod::new()).collect();
-    let body = scrape_until(&daemon, Duration::from_secs(10), |b| namespaces(b, "unread") == 2);
+    // (Read in turn: they may wait a round or two, as deferred.)
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+        namespaces(b, "unread") == 2 && namespaces(b, "deferred") == 0
+    });
     assert_eq!(namespaces(&body, "unread"), 2, "{body}");
     assert_eq!(namespaces(&body, "current"), found as u64 + 2, "{body}");
     assert!(daemon.log().contains("raise it to read them"), "{}", daemon.log());

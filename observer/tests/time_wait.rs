@@ -64,3 +64,56 @@ fn server_first_close_is_charged_to_the_server() {
     assert_eq!(obs.process(server).time_wait_entries, in_time_wait);
     assert_eq!(obs.process(client).time_wait_entries, 0);
 }
+
+/// observer_kernel_unseen_events_total{event="time_wait_entry"}.
+fn unseen(body: &str) -> Option<u64> {
+    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["event=\"time_wait_entry\""])
+}
+
+/// The daemon, once its first check of TIME_WAIT entries (at its first
+/// round) has taken each namespace's counts as the start.
+fn daemon_after_first_check(env: &[(&str, &str)]) -> common::daemon::Daemon {
+    let daemon = common::daemon::start_daemon_with_env(&[], env);
+    common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(10), |b| unseen(b).is_some());
+    daemon
+}
+
+/// Entries the programs never ran for cannot be made on purpose, so the
+/// fault is injected where the check reads the programs' count: 5 of the
+/// namespace's 25 entries hidden. The kernel's own count must show them.
+#[test]
+fn time_wait_entries_the_programs_missed_are_counted_as_unseen() {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = Netns::new();
+    let _server = ns.serve(&["--listen", "127.0.0.1:7000"]);
+    let inode = std::fs::metadata(ns.path()).unwrap().ino().to_string();
+    let daemon = daemon_after_first_check(&[("FAILPOINTS", &format!("time-wait-unseen=return({inode})"))]);
+    let before = ns.time_wait_entered();
+    let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
+    assert_eq!(client.connected, CONNECTIONS, "{client:?}");
+    let body = common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(60), |b| unseen(b) == Some(5));
+    assert_eq!(ns.time_wait_entered() - before, CONNECTIONS, "the kernel's own count");
+    assert_eq!(unseen(&body), Some(5), "{}", daemon.log());
+}
+
+/// With every entry seen, nothing is unseen: the two counts move within
+/// microseconds of each other, and a check round falls between them
+/// often at full speed.
+#[test]
+fn time_wait_entries_all_seen_leave_nothing_unseen() {
+    let ns = Netns::new();
+    let daemon = daemon_after_first_check(&[]);
+    let before = ns.time_wait_entered();
+    let churn = ns
+        .command(&observer_testing::churn::churn())
+        .args(["churn", "--threads", "2", "--listen", "127.0.0.1:7000", "--connections", "3000"])
+        .output()
+        .unwrap();
+    assert!(churn.status.success(), "{}", String::from_utf8_lossy(&churn.stderr));
+    let entered = ns.time_wait_entered() - before;
+    assert_eq!(entered, 3000, "the kernel's own count");
+    // Three checks (every 10 rounds of 200 ms) after the churn.
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    let body = daemon.scrape();
+    assert_eq!(unseen(&body), Some(0), "{}", daemon.log());
+}

@@ -375,7 +375,7 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
                 println!("bench: the kernel put {time_wait} of {cycles} cycles' sockets in TIME_WAIT");
             }
             let truth = [cycles, cycles, time_wait];
-            let wrong: Vec<String> = got
+            let mut wrong: Vec<String> = got
                 .iter()
                 .zip(truth)
                 .filter(|((_, n), truth)| n != truth)
@@ -387,13 +387,24 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
                 let kept = dir.join(format!("inexact-{churn_pid}"));
                 std::fs::create_dir_all(&kept)?;
                 std::fs::write(kept.join("scrape.prom"), &body)?;
-                // Late or lost? A count still on its way shows up here.
-                std::thread::sleep(Duration::from_secs(5));
-                if let Some(later) = scrape(port) {
-                    let n = sample_sum(&later, "observer_tcp_time_wait_entries_total", &[&pid]);
-                    println!("bench: 5 s later, time_wait_entries {n}");
-                    std::fs::write(kept.join("scrape-5s-later.prom"), &later)?;
+                // Late or lost? A count still on its way shows up later;
+                // a lost one in observer's own check against the kernel,
+                // every 10 rounds (two checks after the run: ~21 s).
+                let short = time_wait.saturating_sub(got[2].1);
+                let deadline = Instant::now() + Duration::from_secs(25);
+                let mut later = String::new();
+                while Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_secs(1));
+                    later = scrape(port).unwrap_or_default();
+                    if sample_sum(&later, "observer_kernel_unseen_events_total", &[]) >= short {
+                        break;
+                    }
                 }
+                let n = sample_sum(&later, "observer_tcp_time_wait_entries_total", &[&pid]);
+                let unseen = sample_sum(&later, "observer_kernel_unseen_events_total", &[]);
+                println!("bench: later, time_wait_entries {n}, observer_kernel_unseen_events_total {unseen}");
+                wrong.push(format!("reported unseen: {unseen}"));
+                std::fs::write(kept.join("scrape-later.prom"), &later)?;
                 let _ = std::fs::copy(dir.join("observer.log"), kept.join("observer.log"));
                 println!("bench: inexact run, scrape and log kept in {}", kept.display());
             }

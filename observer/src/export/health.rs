@@ -51,6 +51,21 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
         .build();
 
     meter
+        .u64_observable_counter("observer.kernel.unseen_events")
+        .with_description(
+            "Events the kernel counted that observer's programs never ran for, with no skipped run reported \
+             (event=\"time_wait_entry\": each namespace's TcpExtTW + TcpExtTWKilled against observer's count, \
+             checked every 10 rounds). When not 0, the TIME_WAIT entries are short by this many.",
+        )
+        .with_unit("{event}")
+        .with_callback(reading(published, move |st, obs| {
+            for (event, value) in &st.kernel.unseen {
+                obs.observe(*value, &[KeyValue::new("event", *event)]);
+            }
+        }))
+        .build();
+
+    meter
         .f64_observable_gauge("observer.collection.duration")
         .with_description(
             "How long the last read of the kernel maps (and sock_diag sweep) took; near the interval means \

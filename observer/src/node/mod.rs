@@ -34,6 +34,9 @@ pub struct NetnsReading {
     /// The ceilings and their usage; None if they could not be read (the
     /// listeners, which the drop counts need, are kept apart for that).
     pub usage: Option<NetnsUsage>,
+    /// The kernel's count of TIME_WAIT entries in it, in the rounds that
+    /// check observer's (`sweep::TIME_WAIT_CHECK_EVERY`).
+    pub time_wait_entered: Option<u64>,
 }
 
 /// A namespace's ceilings and what it uses of them.

@@ -24,6 +24,8 @@ pub struct ScreenFiles {
     sockstat6: Option<File>,
     /// Absent when changes are not followed (one reading: doctor).
     snmp: Option<File>,
+    /// Likewise.
+    netstat: Option<File>,
 }
 
 /// One reading of the counts.
@@ -54,8 +56,8 @@ impl ScreenFiles {
     /// readings that are compared round after round.
     pub fn open(follow_changes: bool) -> io::Result<Self> {
         let net = |name: &str| File::open(format!("/proc/thread-self/net/{name}"));
-        let snmp = if follow_changes { Some(net("snmp")?) } else { None };
-        Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp })
+        let (snmp, netstat) = if follow_changes { (Some(net("snmp")?), Some(net("netstat")?)) } else { (None, None) };
+        Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp, netstat })
     }
 
     pub fn read(&self) -> io::Result<Screen> {
@@ -79,12 +81,36 @@ impl ScreenFiles {
         };
         Ok(Screen { in_use: in_use + in_use6, minisockets, opened })
     }
+
+    /// TIME_WAIT entries the kernel counted in the namespace so far
+    /// (netstat's TcpExt TW + TWKilled: one of the two when a socket's
+    /// TIME_WAIT timer is first set); None when changes are not followed.
+    pub fn time_wait_entered(&self) -> io::Result<Option<u64>> {
+        let Some(file) = &self.netstat else { return Ok(None) };
+        let mut text = String::new();
+        let mut netstat = file;
+        netstat.rewind()?;
+        io::Read::read_to_string(&mut netstat, &mut text)?;
+        let counters = tcp_ext(&text).ok_or_else(|| invalid("netstat: no TcpExt lines".to_string()))?;
+        Ok(Some(counters("TW").unwrap_or(0) + counters("TWKilled").unwrap_or(0)))
+    }
 }
 
 fn read_text(file: &File) -> io::Result<String> {
     let mut buf = [0u8; 1024];
     let n = file.read_at(&mut buf, 0)?;
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// netstat's `TcpExt:` counters by name: a line of names, then a line of
+/// values (procfs parses snmp but not netstat).
+fn tcp_ext(text: &str) -> Option<impl Fn(&str) -> Option<u64> + '_> {
+    let mut lines = text.lines().filter_map(|l| l.strip_prefix("TcpExt:"));
+    let (names, values) = (lines.next()?, lines.next()?);
+    Some(move |name: &str| {
+        let at = names.split_whitespace().position(|n| n == name)?;
+        values.split_whitespace().nth(at)?.parse().ok()
+    })
 }
 
 fn invalid(message: String) -> io::Error {
@@ -112,5 +138,13 @@ mod tests {
         assert_eq!(sockstat_tcp(v4, "TCP:"), Some((9, 19)));
         assert_eq!(sockstat_tcp("TCP6: inuse 4\nUDP6: inuse 1\n", "TCP6:"), Some((4, 0)));
         assert_eq!(sockstat_tcp("UDP: inuse 2 mem 0\n", "TCP:"), None);
+    }
+
+    #[test]
+    fn netstat_counters_are_found_by_name() {
+        let text = "TcpExt: SyncookiesSent TW TWRecycled TWKilled\nTcpExt: 0 120 0 3\n\
+                    IpExt: InNoRoutes\nIpExt: 0\n";
+        let counters = tcp_ext(text).unwrap();
+        assert_eq!((counters("TW"), counters("TWKilled"), counters("Nope")), (Some(120), Some(3), None));
     }
 }

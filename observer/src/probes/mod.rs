@@ -140,6 +140,7 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
             churn: take::<PerCpuArray<_, _>>(ebpf, maps::LRU_CHURN)?,
             capacities: [max_sockets, capacity::LISTENERS, capacity::INFLIGHT_CONNECTS, capacity::THREAD_CONNECTS],
         },
+        time_wait_by_netns: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::TIME_WAIT_BY_NETNS)?,
     })
 }
 

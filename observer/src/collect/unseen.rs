@@ -9,12 +9,15 @@
 //! found, the loss is at least a number, not a silent gap.
 //!
 //! The two counts move within microseconds of each other, in one kernel
-//! call, so a round can fall between them: the kernel's count is taken one
-//! reading late. Every entry it had counted by its previous reading was
-//! long since seen by the programs, unless missed: the shortfall then is
-//! what they missed. It only grows (kept as the largest seen); both counts
-//! start at a namespace's first reading, so entries from before do not
-//! count.
+//! call, but they are read tens of milliseconds apart (the kernel's in the
+//! sweep, the programs' after it), so each side is compared at a reading
+//! where it cannot be ahead: the kernel's count one check late (every
+//! entry it had counted by its previous reading was long since seen by
+//! the programs, unless missed) and, at a namespace's first check, the
+//! programs' start taken from the check before (so a churn going on
+//! during that first check cannot look like a loss). The shortfall then
+//! is what the programs missed; it only grows (kept as the largest seen).
+//! Entries from before a namespace's first check do not count.
 use std::collections::HashMap;
 
 /// One namespace's two counts since its first reading.
@@ -30,20 +33,25 @@ struct Tally {
 #[derive(Debug, Default)]
 pub struct Unseen {
     namespaces: HashMap<u32, Tally>,
+    /// The programs' counts at the previous check (of the namespaces whose
+    /// count the map kept).
+    ours_previous: HashMap<u32, u64>,
     /// What namespaces gone had left unseen.
     gone: u64,
 }
 
 impl Unseen {
-    /// One reading of each namespace's counts: the kernel's (`kernel`) and
-    /// the programs' (`ours`, 0 for a namespace they have not counted in).
-    /// Namespaces not in `kernel` keep their tallies.
+    /// One check of each namespace's counts: the kernel's (`kernel`), then
+    /// the programs' (`ours`, read after it; 0 for a namespace they have
+    /// not counted in, or whose count the map dropped since the previous
+    /// check). Namespaces not in `kernel` keep their tallies.
     pub fn update(&mut self, kernel: &HashMap<u32, u64>, ours: &HashMap<u32, u64>) {
         for (&netns, &now) in kernel {
             let counted = ours.get(&netns).copied().unwrap_or(0);
+            let ours_base = self.ours_previous.get(&netns).copied().unwrap_or(0);
             let tally = self.namespaces.entry(netns).or_insert(Tally {
                 kernel_base: now,
-                ours_base: counted,
+                ours_base,
                 kernel_previous: now,
                 unseen: 0,
             });
@@ -52,6 +60,7 @@ impl Unseen {
             tally.unseen = tally.unseen.max(by_kernel.saturating_sub(by_us));
             tally.kernel_previous = now;
         }
+        self.ours_previous = ours.clone();
     }
 
     /// A namespace is gone: what it left unseen stays in the total.
@@ -118,6 +127,18 @@ mod tests {
         u.update(&reading(&[(9, 30)]), &reading(&[(9, 30)]));
         u.update(&reading(&[(9, 40)]), &reading(&[(9, 40)]));
         u.update(&reading(&[(9, 40)]), &reading(&[(9, 40)]));
+        assert_eq!(u.total(), 0);
+    }
+
+    #[test]
+    fn a_churn_going_on_at_a_namespaces_first_check_is_no_loss() {
+        let mut u = Unseen::default();
+        u.update(&reading(&[(1, 0)]), &reading(&[]));
+        // Namespace 9's first check falls in a churn: the programs' count,
+        // read after the kernel's, is 900 ahead of it.
+        u.update(&reading(&[(1, 0), (9, 1000)]), &reading(&[(9, 1900)]));
+        u.update(&reading(&[(1, 0), (9, 3000)]), &reading(&[(9, 3000)]));
+        u.update(&reading(&[(1, 0), (9, 3000)]), &reading(&[(9, 3000)]));
         assert_eq!(u.total(), 0);
     }
 }

@@ -161,15 +161,14 @@ fn collect_loop(rounds: &mut Rounds, published: &Published, interval: Duration, 
     }
 }
 
-/// File descriptors each namespace the sweep reads holds open
-/// (`node::sweep::NetnsFiles`), and a margin for everything else.
-const FILES_PER_NAMESPACE: u64 = 11;
+/// A margin of open files for everything but the namespaces' files.
 const FILES_BESIDES: u64 = 1024;
 
 /// The sweep holds files open in every namespace it reads: raise the soft
 /// RLIMIT_NOFILE to the hard one (allowed without any capability), and say
 /// so when even that is short of what --max-namespaces may need.
 fn raise_open_files_limit(max_namespaces: usize) {
+    use crate::node::sweep::FILES_PER_NAMESPACE;
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
     if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {

@@ -228,3 +228,17 @@ fn a_pods_namespace_is_named_by_its_pod() {
     let _ = pod.wait();
     drop(cgroup);
 }
+
+/// The open files each namespace costs, as `--max-namespaces` and the
+/// daemon's RLIMIT_NOFILE warning count them.
+#[test]
+fn each_namespace_holds_the_files_the_bound_counts() {
+    use observer::node::sweep::{FILES_PER_NAMESPACE, NetnsFiles};
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = open();
+    let files = NetnsFiles::open(true).unwrap();
+    assert_eq!(open() - before, FILES_PER_NAMESPACE as usize);
+    drop(files);
+    assert_eq!(open(), before);
+}

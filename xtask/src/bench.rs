@@ -142,7 +142,11 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    runs while a program of the pair is already running on that CPU is the
    suspect; why the twin is not run for it, unseen by its miss counter, is
    open. Not fixed yet: the next step is a third counting path that does
-   not share the pair's tracepoint.
+   not share the pair's tracepoint. Made visible meanwhile: the programs
+   also count TIME_WAIT entries per network namespace, checked every 10
+   rounds against the namespace's TcpExtTW + TcpExtTWKilled
+   (`observer_kernel_unseen_events_total`); an inexact run now waits for
+   two checks and prints what observer reported next to the shortfall.
 7. **2026-12-01, the sweep no longer multiplies with the pods**: every
    sock_diag dump but LISTEN walks the node-wide established hash, so the
    per-namespace dumps cost one walk of every socket per pod. Before (the

@@ -112,7 +112,7 @@ settings! {
 
     /// Network namespaces (pods, the host, `ip netns`) that are read; more
     /// are left out, and observer_namespaces{reading="unread"} says how
-    /// many. Each holds 11 file descriptors of observer's open.
+    /// many. Each holds 12 file descriptors of observer's open.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_NAMESPACES")]
     max_namespaces: MaxNamespaces = Preset::Value(MaxNamespaces(1024)),
 

@@ -222,9 +222,9 @@ macro_rules! choice_setting {
 }
 
 number_setting!(
-    /// How many network namespaces are read. Each holds 11 file
-    /// descriptors open (a sock_diag socket, 3 /proc/net and 7 sysctl
-    /// files), so the bound also bounds observer's files.
+    /// How many network namespaces are read. Each holds 12 file
+    /// descriptors open (node::sweep::FILES_PER_NAMESPACE), so the bound
+    /// also bounds observer's files.
     MaxNamespaces,
     1..=65_536
 );

@@ -7,7 +7,8 @@
 //! minisockets` sockets hold a port, whatever their destinations), and did
 //! anything change since the last dump (every new socket bumps ActiveOpens
 //! or PassiveOpens; every socket that goes changes `in_use` or
-//! `minisockets`).
+//! `minisockets`). netstat's count of TIME_WAIT entries, a larger file, is
+//! read apart, for observer's check of its own (`collect::unseen`).
 use std::{
     fs::File,
     io::{self, BufReader, Seek as _},

@@ -53,6 +53,10 @@ pub const TIME_WAIT_CHECK_EVERY: u64 = 10;
 /// (1%: 10 ms at 1 s, three dumps at 100k sockets).
 pub const COLD_BUDGET_SHARE: u32 = 100;
 
+/// File descriptors `NetnsFiles` holds (the daemon's): a sock_diag socket,
+/// sockstat, sockstat6, snmp, netstat and the 7 settings' sysctl files.
+pub const FILES_PER_NAMESPACE: u64 = 12;
+
 /// One namespace's kernel interfaces, opened from inside it, read from any
 /// thread afterwards. Held open, they keep the namespace alive: they are
 /// closed as soon as no process or bind mount holds it any more.

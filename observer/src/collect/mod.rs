@@ -132,7 +132,8 @@ impl Collector {
     /// each namespace's pod, from a process in it (asked once).
     fn attribute(&mut self, deltas: &mut Deltas, node: &NodeReading, now: Instant) {
         self.held.release_into(deltas);
-        self.namespace_pods.retain(|inode, _| node.namespaces.iter().any(|n| n.inode == *inode));
+        let read: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
+        self.namespace_pods.retain(|inode, _| read.contains(inode));
         let namespaces: Vec<(u32, u32)> = node
             .namespaces
             .iter()

@@ -428,6 +428,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(opts: &Options) -> Result<()> {
     anyhow::ensure!(setup::nix_is_root(), "the benchmark loads eBPF programs: run it as root");
     setup::apt_install_packages(&["libbpf-tools", "bpftrace", "bpftool"])?;
+    setup::run_tools()?;
     let observer = build::run(&build::Options { release: true })?;
     let churn = build::churn(true)?;
     if opts.sweep_only {

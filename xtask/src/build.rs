@@ -1,4 +1,6 @@
-//! `cargo xtask build`: setup, then build observer with cargo.
+//! `cargo xtask build`: the build tools (`setup::build_tools`), then
+//! observer with cargo; release builds take the committed Cargo.lock as is
+//! (`--locked`).
 use std::{path::PathBuf, process::Command};
 
 use anyhow::Result;
@@ -15,11 +17,11 @@ pub struct Options {
 
 /// Returns the path of the built `observer` binary.
 pub fn run(opts: &Options) -> Result<PathBuf> {
-    let nightly = setup::run()?;
+    let nightly = setup::build_tools()?;
     let mut cmd = Command::new("cargo");
     cmd.current_dir(workspace_root()).args(["build", "--package", "observer", "--bins"]);
     if opts.release {
-        cmd.arg("--release");
+        cmd.args(["--release", "--locked"]);
     }
     cmd.env("OBSERVER_NIGHTLY", &nightly.name);
     run_cmd(&mut cmd)?;

@@ -1,7 +1,9 @@
 //! cargo xtask: what cargo alone cannot do for observer. One module per
-//! subcommand. `setup` runs implicitly before `build`, `run` and `test`.
+//! subcommand. `setup` runs implicitly before `run` and `test`; `build`
+//! and `image` set up only what building needs.
 mod bench;
 mod build;
+mod image;
 mod run;
 mod setup;
 mod test;
@@ -27,6 +29,10 @@ enum Command {
     Setup,
     /// Build observer (the eBPF object is built and embedded by build.rs).
     Build(build::Options),
+    /// Build the container image offline: target/image/observer.oci.tar
+    /// (`podman load -i` / `docker load -i`), its SBOM beside it, and into
+    /// podman's storage where podman is installed.
+    Image(image::Options),
     /// Build and start the daemon: `cargo xtask run -- --interval 1s`.
     Run(run::Options),
     /// Run every test, the kernel ones included (needs root).
@@ -40,6 +46,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Setup => setup::run().map(|_| ()),
         Command::Build(opts) => build::run(&opts).map(|_| ()),
+        Command::Image(opts) => image::run(&opts).map(|_| ()),
         Command::Run(opts) => run::run(&opts),
         Command::Test(opts) => test::run(&opts),
         Command::Bench(opts) => bench::run(&opts),

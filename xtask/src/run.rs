@@ -17,6 +17,7 @@ pub struct Options {
 
 pub fn run(opts: &Options) -> Result<()> {
     let binary = build::run(&build::Options { release: opts.release })?;
+    setup::run_tools()?;
     let mut cmd = if setup::nix_is_root() {
         Command::new(&binary)
     } else {

@@ -23,15 +23,37 @@ pub fn tools_dir() -> PathBuf {
     workspace_root().join("target/tools")
 }
 
+/// Everything: what building needs, what running needs (tracefs) and what
+/// the tests call.
 pub fn run() -> Result<toolchain::Nightly> {
+    let nightly = build_tools()?;
+    tracefs()?;
+    debian_packages()?;
+    prometheus()?;
+    kubernetes_tools()?;
+    container_tools()?;
+    Ok(nightly)
+}
+
+/// Only what building needs (the pinned nightly's rust-src and
+/// bpf-linker): no test tools, no system changes, so it also runs inside
+/// an image build (deploy/Dockerfile).
+pub fn build_tools() -> Result<toolchain::Nightly> {
     let nightly = toolchain::nightly()?;
     rust_src(&nightly)?;
     bpf_linker(&nightly)?;
-    debian_packages()?;
-    tracefs()?;
-    prometheus()?;
-    kubernetes_tools()?;
     Ok(nightly)
+}
+
+/// What running the daemon needs besides the binary: tracefs mounted.
+pub fn run_tools() -> Result<()> {
+    tracefs()
+}
+
+/// podman with runc, which the image tests run the DaemonSet's container
+/// with (crun, podman's default, refuses hybrid cgroup hosts).
+fn container_tools() -> Result<()> {
+    apt_install(&[("podman", "podman"), ("runc", "runc")])
 }
 
 /// kubernetes-validate (PyPI), pinned: validates the deploy/ manifests

@@ -131,32 +131,73 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
     }
 }
 
-/// prometheusrule.yaml is alerts.yaml wrapped for prometheus-operator;
-/// `OBSERVER_BLESS=1` rewrites it after alerts.yaml changed.
+/// A file generated from `dashboards/` into deploy/kubernetes/components
+/// must equal `want`; `OBSERVER_BLESS=1` rewrites it after the source
+/// changed.
+fn generated(component_file: &str, want: &str) {
+    let path = dashboards_dir().join("../deploy/kubernetes/components").join(component_file);
+    if std::env::var_os("OBSERVER_BLESS").is_some() {
+        std::fs::write(&path, want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} is not generated from dashboards/: rerun this test with OBSERVER_BLESS=1",
+        path.display()
+    );
+}
+
+/// The PrometheusRule component is alerts.yaml wrapped for
+/// prometheus-operator.
 #[test]
 fn the_prometheusrule_carries_the_same_rules() {
-    let dir = dashboards_dir();
-    let rules = std::fs::read_to_string(dir.join("alerts.yaml")).unwrap();
+    let rules = std::fs::read_to_string(dashboards_dir().join("alerts.yaml")).unwrap();
     let groups = &rules[rules.find("groups:").expect("groups:")..];
     let mut want = String::from(
-        "# Generated from alerts.yaml (edit that, then run the dashboards test with\n\
-         # OBSERVER_BLESS=1): the same rules as a prometheus-operator resource.\n\
-         # kube-prometheus-stack selects rules by its release label: adjust\n\
-         # `release` to yours, or set ruleSelectorNilUsesHelmValues=false.\n\
-         apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: observer\n  labels:\n    \
-         app.kubernetes.io/name: observer\n    release: prometheus\nspec:\n",
+        "# Generated from dashboards/alerts.yaml (edit that, then run the dashboards\n\
+         # test with OBSERVER_BLESS=1): the same rules as a prometheus-operator\n\
+         # resource. kube-prometheus-stack selects rules by its release label:\n\
+         # adjust `release` to yours, or set ruleSelectorNilUsesHelmValues=false.\n\
+         apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: observer\n  \
+         namespace: observer\n  labels:\n    app.kubernetes.io/name: observer\n    release: prometheus\nspec:\n",
     );
     for line in groups.lines() {
         want.push_str(if line.is_empty() { "" } else { "  " });
         want.push_str(line);
         want.push('\n');
     }
-    let path = dir.join("prometheusrule.yaml");
-    if std::env::var_os("OBSERVER_BLESS").is_some() {
-        std::fs::write(&path, &want).unwrap();
+    generated("prometheusrule/prometheusrule.yaml", &want);
+}
+
+/// The Grafana component is every dashboard of dashboards/, each a key of
+/// one ConfigMap labelled for Grafana's dashboard sidecar.
+#[test]
+fn the_grafana_component_carries_every_dashboard() {
+    let mut want = String::from(
+        "# Generated from dashboards/*.json (edit those, then run the dashboards\n\
+         # test with OBSERVER_BLESS=1). Grafana's dashboard sidecar loads every\n\
+         # ConfigMap labelled grafana_dashboard.\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: observer-dashboards\n  namespace: observer\n  \
+         labels:\n    app.kubernetes.io/name: observer\n    grafana_dashboard: \"1\"\ndata:\n",
+    );
+    let mut names: Vec<String> = std::fs::read_dir(dashboards_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 2, "{names:?}");
+    for name in names {
+        let json = std::fs::read_to_string(dashboards_dir().join(&name)).unwrap();
+        want.push_str(&format!("  {name}: |\n"));
+        for line in json.lines() {
+            assert!(!line.contains('\t'), "{name}: tabs do not survive a YAML block");
+            want.push_str(if line.is_empty() { "" } else { "    " });
+            want.push_str(line);
+            want.push('\n');
+        }
     }
-    let have = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(have == want, "{} is not alerts.yaml wrapped: rerun this test with OBSERVER_BLESS=1", path.display());
+    generated("grafana-dashboards/dashboards.yaml", &want);
 }
 
 fn now() -> u64 {

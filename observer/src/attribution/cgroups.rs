@@ -10,6 +10,15 @@ use std::{
     path::{Path, PathBuf},
 };
 
+/// The cgroup v2 hierarchy at or under `root`: `root` itself, or on a
+/// hybrid host (v1 controllers at /sys/fs/cgroup, v2 at its `unified/`)
+/// its `unified/`, so that one configuration (the DaemonSet's
+/// /host/sys/fs/cgroup) fits both kinds of node. None: neither is one.
+pub fn v2_hierarchy(root: &Path) -> Option<PathBuf> {
+    // Only a cgroup2 directory has cgroup.controllers (v1 and tmpfs do not).
+    [root.to_path_buf(), root.join("unified")].into_iter().find(|dir| dir.join("cgroup.controllers").exists())
+}
+
 /// The first cgroup2 mount in `proc_root`/self/mountinfo.
 pub fn cgroup2_mount(proc_root: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(proc_root.join("self/mountinfo")).ok()?;
@@ -90,6 +99,22 @@ impl CgroupIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hybrid_hosts_v1_tree_leads_to_its_unified_v2_hierarchy() {
+        let dir = std::env::temp_dir().join(format!("observer-hybrid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("v2")).unwrap();
+        std::fs::write(dir.join("v2/cgroup.controllers"), "cpu memory\n").unwrap();
+        std::fs::create_dir_all(dir.join("hybrid/unified")).unwrap();
+        std::fs::create_dir_all(dir.join("hybrid/memory")).unwrap();
+        std::fs::write(dir.join("hybrid/unified/cgroup.controllers"), "").unwrap();
+        std::fs::create_dir_all(dir.join("v1-only/memory")).unwrap();
+        assert_eq!(v2_hierarchy(&dir.join("v2")), Some(dir.join("v2")));
+        assert_eq!(v2_hierarchy(&dir.join("hybrid")), Some(dir.join("hybrid/unified")));
+        assert_eq!(v2_hierarchy(&dir.join("v1-only")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn finds_cgroup2_among_the_mounts() {

@@ -55,7 +55,25 @@ impl Attributor {
     /// `cgroup_root`: the cgroup2 mount (found in /proc/self/mountinfo if
     /// None); `pod_logs`: kubelet's pod log directory.
     pub fn new(proc_root: &Path, cgroup_root: Option<PathBuf>, pod_logs: PathBuf) -> Self {
-        let root = cgroup_root.or_else(|| cgroups::cgroup2_mount(Path::new("/proc")));
+        let root = match cgroup_root {
+            Some(given) => {
+                let found = cgroups::v2_hierarchy(&given);
+                match &found {
+                    Some(v2) if *v2 != given => tracing::info!(
+                        cgroup_root = %given.display(), cgroup2 = %v2.display(),
+                        "a hybrid host: its cgroup v2 hierarchy is the unified/ below the one configured"
+                    ),
+                    Some(_) => {}
+                    None => tracing::warn!(
+                        cgroup_root = %given.display(),
+                        "--cgroup-root is no cgroup v2 hierarchy (no cgroup.controllers in it or its unified/): \
+                         no container or pod labels; mount the host's /sys/fs/cgroup there"
+                    ),
+                }
+                found
+            }
+            None => cgroups::cgroup2_mount(Path::new("/proc")),
+        };
         match &root {
             Some(r) => {
                 tracing::info!(cgroup2 = %r.display(), pod_logs = %pod_logs.display(), "attributing to containers and pods")

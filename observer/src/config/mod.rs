@@ -127,8 +127,8 @@ settings! {
     kernel_btf: PathBuf = Preset::Value(PathBuf::from(crate::probes::offsets::VMLINUX_BTF)),
 
     /// The cgroup v2 hierarchy, to name the container and pod of each
-    /// process (in a container: where the host's is mounted, e.g.
-    /// /host/sys/fs/cgroup).
+    /// process (in a container: where the host's /sys/fs/cgroup is mounted,
+    /// e.g. /host/sys/fs/cgroup; on hybrid hosts its unified/ is taken).
     #[arg(long, value_name = "DIR", env = "OBSERVER_CGROUP_ROOT")]
     cgroup_root: PathBuf = Preset::Unset(
         "the cgroup2 mount in /proc/self/mountinfo (/sys/fs/cgroup/unified on hybrid hosts)",

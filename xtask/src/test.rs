@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::{build, run_cmd, setup, vm, workspace_root};
+use crate::{build, image, run_cmd, setup, vm, workspace_root};
 
 #[derive(Args)]
 pub struct Options {
@@ -41,6 +41,9 @@ pub fn run(opts: &Options) -> Result<()> {
     if opts.vm_only {
         return matrix(&nightly.name, opts);
     }
+    // tests/image.rs runs the image as the DaemonSet does: built here as a
+    // user builds it.
+    let image = image::run(&image::Options { rootfs: None })?;
     let host = run_cmd(
         Command::new("cargo")
             .current_dir(workspace_root())
@@ -51,6 +54,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .args(&opts.args)
             .env("OBSERVER_NIGHTLY", &nightly.name)
             .env("OBSERVER_CHURN", &churn)
+            .env("OBSERVER_IMAGE", &image)
             // The tests that scrape observer with a real Prometheus server.
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))

@@ -73,7 +73,7 @@ pub fn write(image: &Image, archive: &Path) -> Result<Written> {
                 .build()?,
         ])
         .build()?;
-    let config_json = serde_json::to_vec(&config)?;
+    let config_json = json(&config)?;
     let config_desc = descriptor(MediaType::ImageConfig, &config_json)?;
     blobs.insert(sha256(&config_json), config_json);
 
@@ -84,7 +84,7 @@ pub fn write(image: &Image, archive: &Path) -> Result<Written> {
         .layers(vec![layer])
         .annotations(labels)
         .build()?;
-    let manifest_json = serde_json::to_vec(&manifest)?;
+    let manifest_json = json(&manifest)?;
     let manifest_sha = sha256(&manifest_json);
     blobs.insert(manifest_sha.clone(), manifest_json.clone());
 
@@ -114,15 +114,15 @@ pub fn write(image: &Image, archive: &Path) -> Result<Written> {
     let layout = OciLayoutBuilder::default().image_layout_version("1.0.0").build()?;
     // Docker's own format, for docker load before version 25.
     let docker_manifest = serde_json::json!([{
-        "Config": format!("blobs/sha256/{}", sha256(&serde_json::to_vec(&config)?)),
+        "Config": format!("blobs/sha256/{}", sha256(&json(&config)?)),
         "RepoTags": image.tags,
         "Layers": [format!("blobs/sha256/{}", sha256(&layer_gz))],
     }]);
 
     let mut entries: Vec<(String, Vec<u8>)> = vec![
-        ("oci-layout".into(), serde_json::to_vec(&layout)?),
-        ("index.json".into(), serde_json::to_vec(&index)?),
-        ("manifest.json".into(), serde_json::to_vec(&docker_manifest)?),
+        ("oci-layout".into(), json(&layout)?),
+        ("index.json".into(), json(&index)?),
+        ("manifest.json".into(), json(&docker_manifest)?),
     ];
     entries.extend(blobs.into_iter().map(|(sha, bytes)| (format!("blobs/sha256/{sha}"), bytes)));
     let mut out = tar::Builder::new(Vec::new());
@@ -181,6 +181,13 @@ fn append(
     Ok(())
 }
 
+/// JSON with its object keys sorted: oci-spec keeps labels and annotations
+/// in HashMaps, whose order changes from one run to the next (and with it
+/// every digest); serde_json's own map is ordered.
+fn json(value: &impl serde::Serialize) -> Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&serde_json::to_value(value)?)?)
+}
+
 fn sha256(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
@@ -188,4 +195,42 @@ fn sha256(bytes: &[u8]) -> String {
 fn descriptor(media_type: MediaType, bytes: &[u8]) -> Result<Descriptor> {
     let digest: Sha256Digest = sha256(bytes).parse()?;
     Ok(DescriptorBuilder::default().media_type(media_type).size(bytes.len() as u64).digest(digest).build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_files_give_the_same_archive_byte_for_byte() {
+        let dir = std::env::temp_dir().join(format!("observer-oci-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("binary"), b"\x7fELF pretend").unwrap();
+        std::fs::write(dir.join("ca.crt"), b"certificates").unwrap();
+        let files = [
+            ImageFile { path: "/etc/ssl/certs/ca.crt".into(), source: dir.join("ca.crt"), mode: 0o644, made_by: None },
+            ImageFile { path: BINARY.into(), source: dir.join("binary"), mode: 0o755, made_by: None },
+        ];
+        let tags = ["localhost/observer:1.2.3".to_string(), "localhost/observer:abc".to_string()];
+        let image = Image { files: &files, tags: &tags, version: "1.2.3", commit: "abc", epoch: 1_700_000_000 };
+        let (a, b) = (dir.join("a.tar"), dir.join("b.tar"));
+        let first = write(&image, &a).unwrap();
+        // Other file times on disk must not matter.
+        std::fs::write(dir.join("binary"), b"\x7fELF pretend").unwrap();
+        let second = write(&image, &b).unwrap();
+        assert_eq!(first.manifest_digest, second.manifest_digest);
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+        // Both tags, for both loaders.
+        let mut archive = tar::Archive::new(std::fs::File::open(&a).unwrap());
+        let mut docker_manifest = String::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry.path().unwrap().to_str() == Some("manifest.json") {
+                std::io::Read::read_to_string(&mut entry, &mut docker_manifest).unwrap();
+            }
+        }
+        let manifest: serde_json::Value = serde_json::from_str(&docker_manifest).unwrap();
+        assert_eq!(manifest[0]["RepoTags"], serde_json::json!(tags));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -39,6 +39,7 @@ pub mod programs {
     pub const CONNECT_ENTER: &str = "connect_enter";
     pub const CONNECT_EXIT: &str = "connect_exit";
     pub const INET_CSK_ACCEPT_FEXIT: &str = "inet_csk_accept_fexit";
+    pub const INET_CSK_ACCEPT_FEXIT_4: &str = "inet_csk_accept_fexit_4";
     pub const INET_CSK_ACCEPT_KRETPROBE: &str = "inet_csk_accept_kretprobe";
     pub const ACCEPT4_EXIT: &str = "accept4_exit";
     pub const ACCEPT_EXIT: &str = "accept_exit";
@@ -60,6 +61,7 @@ pub mod programs {
         CONNECT_ENTER,
         CONNECT_EXIT,
         INET_CSK_ACCEPT_FEXIT,
+        INET_CSK_ACCEPT_FEXIT_4,
         INET_CSK_ACCEPT_KRETPROBE,
         ACCEPT4_EXIT,
         ACCEPT_EXIT,

@@ -41,13 +41,22 @@ fn on_accept_syscall_exit(ctx: &TracePointContext) {
 }
 
 /// struct sock *inet_csk_accept(struct sock *sk, struct proto_accept_arg *arg)
-/// (6.10+; before: (sk, int flags, int *err, bool kern)). Only the return
-/// value is read, so both prototypes work.
+/// (Linux 6.10+). Only the return value is read, from the context, where
+/// it follows the arguments: `ctx.ret()` would call bpf_get_func_ret, which
+/// Linux 5.17 added. Its place depends on the prototype, so there is one
+/// program per prototype, and userspace loads the one this kernel's BTF
+/// has (a constant offset each: the verifier refuses a computed one).
 #[fexit(function = "inet_csk_accept")]
 pub fn inet_csk_accept_fexit(ctx: FExitContext) -> u32 {
-    if let Ok(sk) = ctx.ret::<u64>() {
-        on_accepted(sk);
-    }
+    on_accepted(ctx.arg(2));
+    0
+}
+
+/// struct sock *inet_csk_accept(struct sock *sk, int flags, int *err,
+/// bool kern) (before Linux 6.10): the return value after 4 arguments.
+#[fexit(function = "inet_csk_accept")]
+pub fn inet_csk_accept_fexit_4(ctx: FExitContext) -> u32 {
+    on_accepted(ctx.arg(4));
     0
 }
 

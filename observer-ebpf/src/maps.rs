@@ -35,6 +35,7 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     sock_cgroup: 0,
     cgroup_kn: 0,
     kernfs_node_id: 0,
+    inet_csk_accept_params: 0,
 };
 
 /// Read the offsets through a volatile load: the compiler must not fold the

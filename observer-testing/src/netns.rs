@@ -17,6 +17,24 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Whether this kernel counts a TIME_WAIT socket in TcpExtTW/TWKilled when
+/// it enters TIME_WAIT (6.1 does) or only when it ends (5.10): found once,
+/// by making one in a namespace of its own.
+pub fn time_wait_counted_at_entry() -> bool {
+    static AT_ENTRY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AT_ENTRY.get_or_init(|| {
+        let ns = Netns::new();
+        let _server = ns.serve(&["--listen", "127.0.0.1:7000"]);
+        ns.client(&["--to", "127.0.0.1:7000", "--count", "1"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ns.in_time_wait() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no TIME_WAIT socket after a client-first close");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        ns.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum::<u64>() == 1
+    })
+}
+
 /// A uniquely named network namespace with loopback up, deleted on drop.
 /// Names carry the pid and a counter, so tests can run in parallel.
 pub struct Netns {
@@ -77,9 +95,17 @@ impl Netns {
     /// never again: the sum holds whatever happens to the socket later
     /// (expiry after 60 s, reuse by a new connection, or a RST that kills
     /// it silently, which `ss`, our first ground truth, missed in slow
-    /// guests). Both read in one snapshot.
+    /// guests). Both read in one snapshot. Older kernels (5.10) count a
+    /// socket there only when its TIME_WAIT ends: there the sockets still
+    /// in TIME_WAIT (`ss`, read first) are added to those ended.
     pub fn time_wait_entered(&self) -> u64 {
-        self.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum()
+        let alive = if time_wait_counted_at_entry() { 0 } else { self.in_time_wait() };
+        alive + self.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum::<u64>()
+    }
+
+    /// Sockets in TIME_WAIT now (`ss`).
+    pub fn in_time_wait(&self) -> u64 {
+        run(self.command("ss").args(["-Htan", "state", "time-wait"])).lines().count() as u64
     }
 
     /// Connections waiting in the accept queue of the listener on `port`

@@ -15,7 +15,10 @@ use crate::{
     export::{ExportStats, Metrics, http, otlp},
     health::{CollectorState, Health},
     node::sock_diag,
-    probes::{Attachment, Probes, hooks::Mode},
+    probes::{
+        Attachment, Probes,
+        hooks::{Mode, SkippedRuns},
+    },
     round::Rounds,
     snapshot::Published,
 };
@@ -46,6 +49,14 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // both paces it and tells it to stop.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut rounds = Rounds::new(maps, attachments, probes.programs.clone(), &config);
+    if !probes.time_wait_counted_at_entry {
+        warn!(
+            "this kernel counts TIME_WAIT sockets in TcpExtTW/TcpExtTWKilled only when they end (inet_timewait_sock \
+             has tw_kill, as 5.10's does): observer cannot check its count of TIME_WAIT entries against the \
+             kernel's, so observer_kernel_unseen_events_total is not exported"
+        );
+        rounds.without_time_wait_check();
+    }
     let interval = config.interval;
     let health = Arc::new(Health::new(published.clone(), interval));
     let (guard, collector) = health.collector_guard();
@@ -195,6 +206,7 @@ fn check_sock_diag() -> Result<Attachment, Error> {
             mode: Mode::SockDiag,
             target: "NETLINK_SOCK_DIAG sk_drops".into(),
             programs: Vec::new(),
+            skipped_runs: SkippedRuns::NoProgram,
         }),
         Err(e) => Err(Error::Attach { hook: "listen_overflow", tried: format!("sock_diag: {e}") }),
     }

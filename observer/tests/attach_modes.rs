@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use observer::{
     error::Error,
-    probes::{AttachMode, HOOKS, Probes, hooks::Mode},
+    probes::{AttachMode, HOOKS, Probes, SkippedRuns, hooks::Mode, stats::kernel_version},
 };
 
 fn modes(probes: &Probes) -> BTreeMap<&'static str, Mode> {
@@ -62,6 +62,7 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
             assert_eq!(mode, "kprobe");
             assert_eq!(*hook, HOOKS[0].name, "the first hook names the failure");
             assert!(reason.contains("kprobe"), "the kernel's answer is kept: {reason}");
+            assert!(reason.contains("this kernel has no kprobes"), "the missing feature is named: {reason}");
         }
     }
     if !has_kprobes {
@@ -78,4 +79,31 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
 /// syscall of the node through the kernel's slow path.
 fn assert_no_syscall_tracepoint(probes: &Probes) {
     assert!(probes.attachments.iter().all(|a| !a.target.contains("syscalls/")), "{:?}", probes.attachments);
+}
+
+/// Each hook says whether this kernel counts the runs of its programs it
+/// skips: fentry/fexit and tp_btf from Linux 5.12 (when the kernel's
+/// program info gained the count), kprobes and tracepoints from 6.7. In
+/// the matrix this covers 5.10 (nothing counted), 6.1 (kprobes not) and
+/// 6.12; here 6.18.
+#[test]
+fn each_hook_says_whether_the_kernel_counts_its_skipped_runs() {
+    let kernel = kernel_version();
+    assert!(kernel >= (5, 8), "kernel version {kernel:?}");
+    for mode in [AttachMode::Auto, AttachMode::Fentry, AttachMode::Kprobe, AttachMode::Tracepoint] {
+        let Ok((probes, _)) = Probes::load(mode) else { continue };
+        for a in &probes.attachments {
+            let counted = match a.mode {
+                Mode::Fentry | Mode::Fexit | Mode::BtfTracepoint => kernel >= (5, 12),
+                Mode::Kprobe | Mode::Kretprobe | Mode::Tracepoint => kernel >= (6, 7),
+                Mode::SockDiag => false,
+            };
+            let want = match (a.programs.is_empty(), counted) {
+                (true, _) => SkippedRuns::NoProgram,
+                (false, true) => SkippedRuns::Counted,
+                (false, false) => SkippedRuns::Uncounted,
+            };
+            assert_eq!(a.skipped_runs, want, "{mode}: {a:?} on {kernel:?}");
+        }
+    }
 }

@@ -16,10 +16,20 @@ use crate::snapshot::Published;
 pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
     meter
         .u64_observable_gauge("observer.probe.attached")
-        .with_description("1 for each hook and the mode it is attached in")
+        .with_description(
+            "1 for each hook and the mode it is attached in; missed_events says whether this kernel counts the \
+             runs of its programs it skips (counted, uncounted: too old for that program type, no_program)",
+        )
         .with_callback(reading(published, move |st, obs| {
             for a in &st.kernel.attachments {
-                obs.observe(1, &[KeyValue::new("hook", a.hook), KeyValue::new("mode", a.mode.to_string())]);
+                obs.observe(
+                    1,
+                    &[
+                        KeyValue::new("hook", a.hook),
+                        KeyValue::new("mode", a.mode.to_string()),
+                        KeyValue::new("missed_events", a.skipped_runs.as_str()),
+                    ],
+                );
             }
         }))
         .build();

@@ -11,7 +11,7 @@ use aya::{
     Btf, Ebpf,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
-use observer_common::{Config, names::programs};
+use observer_common::{Config, KernelOffsets, names::programs};
 
 use super::{AttachMode, write_config};
 use crate::error::{Error, report};
@@ -51,6 +51,31 @@ pub struct Attachment {
     /// The eBPF programs doing this hook's counting (none when another
     /// hook's programs count for it).
     pub programs: Vec<&'static str>,
+    /// Whether this kernel reports the runs of those programs it skips
+    /// (`observer_kernel_missed_events_total`).
+    pub skipped_runs: SkippedRuns,
+}
+
+/// Whether the kernel counts the runs of a hook's programs it skips.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SkippedRuns {
+    /// Counted: observer_kernel_missed_events_total has its series.
+    Counted,
+    /// Skipped silently by this kernel (too old for the program type).
+    Uncounted,
+    /// The hook has no programs of its own.
+    #[default]
+    NoProgram,
+}
+
+impl SkippedRuns {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkippedRuns::Counted => "counted",
+            SkippedRuns::Uncounted => "uncounted",
+            SkippedRuns::NoProgram => "no_program",
+        }
+    }
 }
 
 /// Config flags a tracepoint fallback turns on in the shared programs.
@@ -61,6 +86,9 @@ enum Flag {
 }
 
 /// One way to attach a hook.
+/// What a way needs of this kernel besides its function: Err says why not.
+type Precondition = fn(&KernelOffsets) -> Result<(), String>;
+
 #[derive(Debug)]
 enum Way {
     /// `twin`: a second program on the same function; of the two, the
@@ -75,6 +103,9 @@ enum Way {
     Fexit {
         prog: &'static str,
         function: &'static str,
+        /// What the program needs of this kernel besides the function
+        /// (checked before loading; the error says why it cannot run).
+        needs: Option<Precondition>,
     },
     /// `flag`: also turns on counting in the shared tracepoint programs
     /// (as the twin of this kprobe, see observer-ebpf's time_wait.rs).
@@ -128,6 +159,14 @@ impl Way {
             AttachMode::Tracepoint => {
                 matches!(self, Way::Tracepoints(_) | Way::BtfTracepoint { .. } | Way::SharedTracepoint { .. })
             }
+        }
+    }
+
+    /// Whether this way is for this kernel at all (checked before loading).
+    fn runs_here(&self, offsets: &KernelOffsets) -> Result<(), String> {
+        match self {
+            Way::Fexit { needs: Some(needs), .. } => needs(offsets),
+            _ => Ok(()),
         }
     }
 
@@ -211,7 +250,18 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: "inet_csk_accept",
         ways: &[
-            Way::Fexit { prog: programs::INET_CSK_ACCEPT_FEXIT, function: "inet_csk_accept" },
+            // One program per prototype (observer-ebpf's accept.rs); the
+            // one this kernel's BTF does not have is passed over.
+            Way::Fexit {
+                prog: programs::INET_CSK_ACCEPT_FEXIT,
+                function: "inet_csk_accept",
+                needs: Some(|o| accept_prototype(o, 2)),
+            },
+            Way::Fexit {
+                prog: programs::INET_CSK_ACCEPT_FEXIT_4,
+                function: "inet_csk_accept",
+                needs: Some(|o| accept_prototype(o, 4)),
+            },
             Way::Kretprobe { prog: programs::INET_CSK_ACCEPT_KRETPROBE, function: "inet_csk_accept" },
             Way::Tracepoints(&[
                 (programs::ACCEPT4_EXIT, "syscalls", "sys_exit_accept4"),
@@ -259,11 +309,16 @@ static ALWAYS: &[Hook] = &[
     },
 ];
 
-pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<Vec<Attachment>, Error> {
+pub(super) fn attach_all(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    offsets: &KernelOffsets,
+    mode: AttachMode,
+) -> Result<Vec<Attachment>, Error> {
     let mut attached = Vec::new();
     let mut config = Config::default();
     for hook in HOOKS {
-        let (way, target) = attach_hook(ebpf, btf, hook, mode)?;
+        let (way, target) = attach_hook(ebpf, btf, offsets, hook, mode)?;
         let flag = match way {
             Way::SharedTracepoint { flag, .. } => Some(flag),
             Way::Kprobe { flag, .. } => flag.as_ref(),
@@ -277,11 +332,23 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
         // Before the next hooks and the shared programs attach, so no
         // program runs without the flags of the hooks before it.
         write_config(ebpf, config)?;
-        attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
+        attached.push(Attachment {
+            hook: hook.name,
+            mode: way.mode(),
+            target,
+            programs: way.programs(),
+            skipped_runs: SkippedRuns::NoProgram,
+        });
     }
     for hook in ALWAYS {
-        let (way, target) = attach_hook(ebpf, btf, hook, AttachMode::Auto)?;
-        attached.push(Attachment { hook: hook.name, mode: way.mode(), target, programs: way.programs() });
+        let (way, target) = attach_hook(ebpf, btf, offsets, hook, AttachMode::Auto)?;
+        attached.push(Attachment {
+            hook: hook.name,
+            mode: way.mode(),
+            target,
+            programs: way.programs(),
+            skipped_runs: SkippedRuns::NoProgram,
+        });
     }
     Ok(attached)
 }
@@ -291,11 +358,19 @@ pub(super) fn attach_all(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result
 fn attach_hook(
     ebpf: &mut Ebpf,
     btf: &Btf,
+    offsets: &KernelOffsets,
     hook: &'static Hook,
     mode: AttachMode,
 ) -> Result<(&'static Way, String), Error> {
     let mut tried = Vec::new();
+    // Ways for another kernel than this one (e.g. another prototype of the
+    // function) are passed over without a word, unless none attaches.
+    let mut not_here = Vec::new();
     for way in hook.ways.iter().filter(|w| w.allowed_in(mode)) {
+        if let Err(why) = way.runs_here(offsets) {
+            not_here.push(format!("{}: {why}", way.mode()));
+            continue;
+        }
         match try_way(ebpf, btf, way) {
             Ok(target) => {
                 if !tried.is_empty() {
@@ -303,9 +378,10 @@ fn attach_hook(
                 }
                 return Ok((way, target));
             }
-            Err(e) => tried.push(format!("{}: {e}", way.mode())),
+            Err(e) => tried.push(format!("{}: {}", way.mode(), super::explain::explain(&e))),
         }
     }
+    tried.extend(not_here);
     if tried.is_empty() {
         return Err(Error::ModeUnavailable {
             mode: mode.to_string(),
@@ -325,6 +401,21 @@ where
 {
     let prog = ebpf.program_mut(name).ok_or_else(|| format!("program {name} not in the object"))?;
     prog.try_into().map_err(|e: aya::programs::ProgramError| report(&e))
+}
+
+/// An inet_csk_accept fexit program reads the return value after `params`
+/// arguments (observer-ebpf's accept.rs): it runs only where the kernel's
+/// prototype has that many.
+fn accept_prototype(offsets: &KernelOffsets, params: u32) -> Result<(), String> {
+    match offsets.inet_csk_accept_params {
+        n if n == params => Ok(()),
+        0 => Err("this kernel's BTF has no inet_csk_accept prototype".into()),
+        n if n == 2 || n == 4 => Err(format!("this kernel's inet_csk_accept takes {n} parameters, not {params}")),
+        n => Err(format!(
+            "inet_csk_accept takes {n} parameters on this kernel; observer's fexit programs know the 2-parameter \
+             (Linux 6.10+) and 4-parameter prototypes"
+        )),
+    }
 }
 
 fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
@@ -347,7 +438,7 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             }
             Ok(function.to_string())
         }
-        Way::Fexit { prog, function } => {
+        Way::Fexit { prog, function, .. } => {
             let p: &mut FExit = program(ebpf, prog)?;
             p.load(function, btf).map_err(err)?;
             p.attach().map_err(err)?;

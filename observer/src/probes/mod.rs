@@ -1,5 +1,6 @@
 //! Probes: load the eBPF object and attach every hook, each in the best mode
 //! this kernel allows (see `hooks.rs` for the table and the fallback chain).
+pub mod explain;
 pub mod hooks;
 pub mod offsets;
 pub mod privileges;
@@ -11,7 +12,7 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
 };
-pub use hooks::{Attachment, HOOKS, Hook};
+pub use hooks::{Attachment, HOOKS, Hook, SkippedRuns};
 use observer_common::{Config, capacity, names::maps};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
@@ -57,6 +58,10 @@ pub struct Probes {
     pub attachments: Vec<Attachment>,
     /// Every attached program, to read the kernel's run statistics.
     pub programs: Vec<ProgramHandle>,
+    /// Whether the kernel's TcpExtTW/TWKilled count TIME_WAIT sockets on
+    /// entry, which the check of observer's own count needs
+    /// (`offsets::time_wait_counted_at_entry`).
+    pub time_wait_counted_at_entry: bool,
 }
 
 impl Probes {
@@ -72,7 +77,9 @@ impl Probes {
         privileges::check()?;
         privileges::ensure_tracefs()?;
         raise_memlock_rlimit();
-        let kernel_offsets = offsets::resolve(&offsets::load_btf(btf_path)?)?;
+        let kernel_btf = offsets::load_btf(btf_path)?;
+        let kernel_offsets = offsets::resolve(&kernel_btf)?;
+        let time_wait_counted_at_entry = offsets::time_wait_counted_at_entry(&kernel_btf);
         let btf = Btf::parse_file(btf_path, aya::Endianness::default())
             .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
         let mut ebpf = EbpfLoader::new()
@@ -82,20 +89,34 @@ impl Probes {
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(e.into()))?;
 
-        let attachments = hooks::attach_all(&mut ebpf, &btf, mode)?;
-        for a in &attachments {
-            info!(hook = a.hook, mode = %a.mode, target = %a.target, "attached");
-        }
+        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &kernel_offsets, mode)?;
+        let kernel = stats::kernel_version();
         let programs = attachments
             .iter()
-            .flat_map(|a| a.programs.iter().map(move |p| (a.hook, *p)))
-            .map(|(hook, program)| {
-                ProgramHandle::open(&ebpf, hook, program)
+            .flat_map(|a| a.programs.iter().map(move |p| (a.hook, a.mode, *p)))
+            .map(|(hook, mode, program)| {
+                ProgramHandle::open(&ebpf, hook, program, mode, kernel)
                     .map_err(|reason| Error::Load(format!("{program}: {reason}").into()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for a in &mut attachments {
+            let own: Vec<&ProgramHandle> = programs.iter().filter(|p| p.hook == a.hook).collect();
+            a.skipped_runs = stats::skipped_runs(&own);
+            info!(hook = a.hook, mode = %a.mode, target = %a.target, missed_events = a.skipped_runs.as_str(), "attached");
+        }
+        let uncounted: Vec<&str> =
+            attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();
+        if !uncounted.is_empty() {
+            tracing::warn!(
+                kernel = %format!("{}.{}", kernel.0, kernel.1),
+                hooks = %uncounted.join(","),
+                "this kernel does not count the runs of these hooks' programs it skips (fentry/fexit and tp_btf: \
+                 Linux 5.12+; kprobe and tracepoint: 6.7+): observer_kernel_missed_events_total has no series for \
+                 them, and an event lost that way goes unreported"
+            );
+        }
         let maps = take_maps(&mut ebpf, max_sockets)?;
-        Ok((Self { _ebpf: ebpf, attachments, programs }, maps))
+        Ok((Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry }, maps))
     }
 }
 

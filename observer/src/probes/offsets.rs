@@ -49,6 +49,9 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         sock_cgroup: r.offset("sock", "sk_cgrp_data.cgroup").unwrap_or(0),
         cgroup_kn: r.offset("cgroup", "kn").unwrap_or(0),
         kernfs_node_id: r.offset("kernfs_node", "id").unwrap_or(0),
+        // Optional: without it (no such function in BTF) the fexit program
+        // reads nothing, and the hook falls back to kretprobe in auto mode.
+        inet_csk_accept_params: r.parameters("inet_csk_accept").unwrap_or(0),
     };
     if offsets.sock_cgroup == 0 || offsets.cgroup_kn == 0 {
         tracing::info!(
@@ -57,6 +60,16 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         return Ok(KernelOffsets { sock_cgroup: 0, ..offsets });
     }
     Ok(offsets)
+}
+
+/// Whether this kernel counts a TIME_WAIT socket in TcpExtTW/TWKilled when
+/// it enters TIME_WAIT, as observer's check of its own count needs
+/// (`collect::unseen`). Kernels that count it when it ends (5.10) keep the
+/// kind of end in `inet_timewait_sock.tw_kill` until then; those that count
+/// on entry decide it on the spot and have no such member.
+pub fn time_wait_counted_at_entry(btf: &Btf) -> bool {
+    let r = Resolver { btf };
+    r.struct_named("inet_timewait_sock").is_some_and(|s| r.find_member(&s, "tw_kill").is_none())
 }
 
 struct Resolver<'a> {
@@ -82,6 +95,17 @@ impl Resolver<'_> {
             return Err(missing("field is a bitfield; this kernel is too old (Linux 5.6+ needed)"));
         }
         Ok(bits / 8)
+    }
+
+    /// How many parameters kernel function `name` takes.
+    fn parameters(&self, name: &str) -> Option<u32> {
+        self.btf.resolve_types_by_name(name).ok()?.into_iter().find_map(|t| match t {
+            Type::Func(func) => match self.btf.resolve_chained_type(&func).ok()? {
+                Type::FuncProto(proto) => Some(proto.parameters.len() as u32),
+                _ => None,
+            },
+            _ => None,
+        })
     }
 
     fn struct_named(&self, name: &str) -> Option<btf_rs::Struct> {

@@ -21,12 +21,60 @@ use crate::{run_cmd, setup, workspace_root};
 const VIRTME_NG: &str = "1.42";
 
 /// Kernel series of the matrix: Debian's stock kernels, newest build of
-/// each series in the archive (cached once fetched).
-const SERIES: &[(&str, &str, &str)] = &[
-    // (name, package prefix, package suffix)
-    ("6.1", "linux-image-6.1.0-", "-amd64-unsigned"),
-    ("6.12", "linux-image-6.12.", "+deb12-amd64-unsigned"),
+/// each series in the archive (cached once fetched). 5.10, the oldest many
+/// nodes still run (Debian 11, Amazon Linux 2), comes from Debian 11's
+/// archive, read through a private apt state (`Bullseye`).
+const SERIES: &[Series] = &[
+    Series { name: "5.10", prefix: "linux-image-5.10.0-", suffix: "-amd64-unsigned", archive: Some(Bullseye) },
+    Series { name: "6.1", prefix: "linux-image-6.1.0-", suffix: "-amd64-unsigned", archive: None },
+    Series { name: "6.12", prefix: "linux-image-6.12.", suffix: "+deb12-amd64-unsigned", archive: None },
 ];
+
+struct Series {
+    name: &'static str,
+    /// The kernel package's name around its build number.
+    prefix: &'static str,
+    suffix: &'static str,
+    /// Another archive than the host's apt sources.
+    archive: Option<Bullseye>,
+}
+
+/// Debian 11 (bullseye) and its security archive, for its 5.10 kernels
+/// only: apt runs with its own sources and state under target/vm, so the
+/// host's sources and package lists stay as they are.
+#[derive(Clone, Copy)]
+struct Bullseye;
+
+impl Bullseye {
+    const SOURCES: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+                           http://deb.debian.org/debian bullseye main\n\
+                           deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+                           http://deb.debian.org/debian-security bullseye-security main\n";
+
+    /// apt options for this archive alone; its lists fetched once.
+    fn apt_options(self) -> Result<Vec<String>> {
+        let dir = vm_dir().join("apt-bullseye");
+        for sub in ["lists/partial", "cache/archives/partial"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        fs::write(dir.join("sources.list"), Self::SOURCES)?;
+        let options: Vec<String> = [
+            format!("Dir::Etc::SourceList={}", dir.join("sources.list").display()),
+            "Dir::Etc::SourceParts=/dev/null".into(),
+            format!("Dir::State::Lists={}", dir.join("lists").display()),
+            format!("Dir::Cache={}", dir.join("cache").display()),
+            "Dir::State::status=/dev/null".into(),
+        ]
+        .into_iter()
+        .flat_map(|o| ["-o".to_string(), o])
+        .collect();
+        if !dir.join("lists").read_dir()?.flatten().any(|e| e.file_name().to_string_lossy().contains("bullseye")) {
+            println!("vm: reading Debian 11's package lists (for its 5.10 kernels) into {}", dir.display());
+            run_cmd(Command::new("apt-get").args(&options).args(["update", "-qq"]))?;
+        }
+        Ok(options)
+    }
+}
 
 /// Modes each kernel runs the suite in: the preferred ones, which the CI
 /// host kernel refuses (its own run covers the tracepoint fallbacks).
@@ -53,9 +101,9 @@ pub struct Kernel {
 pub fn setup(only: &[String]) -> Result<Vec<Kernel>> {
     for name in only {
         anyhow::ensure!(
-            SERIES.iter().any(|(series, ..)| series == name),
+            SERIES.iter().any(|series| series.name == name),
             "no kernel series {name} in the matrix; it has {}",
-            SERIES.iter().map(|(series, ..)| *series).collect::<Vec<_>>().join(", ")
+            SERIES.iter().map(|series| series.name).collect::<Vec<_>>().join(", ")
         );
     }
     // virtme-ng needs a statically linked busybox for its initramfs.
@@ -71,10 +119,10 @@ pub fn setup(only: &[String]) -> Result<Vec<Kernel>> {
         run_cmd(Command::new(venv.join("bin/pip")).args(["install", "-q", &format!("virtme-ng=={VIRTME_NG}")]))
             .context("pip install virtme-ng failed (no network to PyPI?)")?;
     }
-    SERIES.iter().filter(|(series, ..)| only.is_empty() || only.iter().any(|o| o == series)).map(fetch_kernel).collect()
+    SERIES.iter().filter(|series| only.is_empty() || only.iter().any(|o| o == series.name)).map(fetch_kernel).collect()
 }
 
-fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Result<Kernel> {
+fn fetch_kernel(&Series { name: series, prefix, suffix, archive }: &Series) -> Result<Kernel> {
     let dir = vm_dir();
     fs::create_dir_all(&dir)?;
     // Reuse a kernel fetched before, so runs are cached and repeatable.
@@ -85,9 +133,10 @@ fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Resul
     let version = match cached {
         Some(name) => name.trim_start_matches(&format!("kernel-{series}-")).to_string(),
         None => {
-            let package = newest_package(prefix, suffix)?;
+            let apt_options = archive.map(Bullseye::apt_options).transpose()?.unwrap_or_default();
+            let package = newest_package(prefix, suffix, &apt_options)?;
             println!("vm: fetching {package}");
-            run_cmd(Command::new("apt-get").current_dir(&dir).args(["download", "-q", &package]))?;
+            run_cmd(Command::new("apt-get").current_dir(&dir).args(&apt_options).args(["download", "-q", &package]))?;
             let deb = fs::read_dir(&dir)?
                 .flatten()
                 .map(|e| e.path())
@@ -124,9 +173,10 @@ fn fetch_kernel(&(series, prefix, suffix): &(&'static str, &str, &str)) -> Resul
     Ok(Kernel { series, vmlinuz: root.join(format!("boot/vmlinuz-{version}")), version })
 }
 
-/// The newest `prefix<N...>suffix` package apt knows.
-fn newest_package(prefix: &str, suffix: &str) -> Result<String> {
+/// The newest `prefix<N...>suffix` package apt knows (with `options`).
+fn newest_package(prefix: &str, suffix: &str, options: &[String]) -> Result<String> {
     let out = Command::new("apt-cache")
+        .args(options)
         .args(["search", "--names-only", &format!("^{}", prefix.replace('.', "\\."))])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);

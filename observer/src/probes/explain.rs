@@ -40,8 +40,10 @@ fn why(error: &str) -> Option<String> {
         );
     }
     if error.contains("Operation not permitted") && lockdown().is_some_and(|l| l != "none") {
+        // Lockdown is one cause of EPERM for root, not the only one (an LSM
+        // policy is another): named as a lead, not as the verdict.
         return Some(format!(
-            "kernel lockdown is `{}` (/sys/kernel/security/lockdown), which refuses these programs",
+            "kernel lockdown is `{}` (/sys/kernel/security/lockdown), which can refuse these programs even to root",
             lockdown().unwrap_or_default()
         ));
     }

@@ -85,10 +85,10 @@ enum Flag {
     TimeWaitFromState,
 }
 
-/// One way to attach a hook.
 /// What a way needs of this kernel besides its function: Err says why not.
 type Precondition = fn(&KernelOffsets) -> Result<(), String>;
 
+/// One way to attach a hook.
 #[derive(Debug)]
 enum Way {
     /// `twin`: a second program on the same function; of the two, the

@@ -18,21 +18,20 @@ pub fn run(cmd: &mut Command) -> String {
 }
 
 /// Whether this kernel counts a TIME_WAIT socket in TcpExtTW/TWKilled when
-/// it enters TIME_WAIT (6.1 does) or only when it ends (5.10): found once,
-/// by making one in a namespace of its own.
+/// it enters TIME_WAIT (6.1 does, and every later kernel the tests run on)
+/// or only when it ends (5.10, as the matrix found). Read from the version,
+/// not found by making a TIME_WAIT socket: a daemon already watching would
+/// count that socket's process (and take one of its process slots).
 pub fn time_wait_counted_at_entry() -> bool {
-    static AT_ENTRY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AT_ENTRY.get_or_init(|| {
-        let ns = Netns::new();
-        let _server = ns.serve(&["--listen", "127.0.0.1:7000"]);
-        ns.client(&["--to", "127.0.0.1:7000", "--count", "1"]);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while ns.in_time_wait() == 0 {
-            assert!(std::time::Instant::now() < deadline, "no TIME_WAIT socket after a client-first close");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        ns.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum::<u64>() == 1
-    })
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    assert!(
+        version <= (5, 10) || version >= (6, 1),
+        "kernel {release}: not known whether it counts TIME_WAIT on entry (5.10 does not, 6.1 does); \
+         teach time_wait_counted_at_entry"
+    );
+    version >= (6, 1)
 }
 
 /// A uniquely named network namespace with loopback up, deleted on drop.

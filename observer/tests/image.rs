@@ -366,13 +366,8 @@ fn daemonset_container_counts_exactly(variant: &str) {
     assert!(body.contains(&format!("host_name=\"{node}\"")), "{variant}: the node's name from the downward API");
 
     // Port exhaustion: 6 ports, 9 held connections, 3 EADDRNOTAVAIL.
-    let exhausted = Netns::new();
-    exhausted.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
-    let _holder = exhausted.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
-    let client = exhausted.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
-    let failures = client.errors("EADDRNOTAVAIL");
-    assert_eq!((client.connected, failures), (6, 3), "{client:?}");
-    let errors = [format!("process_pid=\"{}\"", client.pid), "error_type=\"EADDRNOTAVAIL\"".to_string()];
+    let (_exhausted, _holder, client_pid, failures) = common::exhaust_ports();
+    let errors = [format!("process_pid=\"{client_pid}\""), "error_type=\"EADDRNOTAVAIL\"".to_string()];
     let errors: Vec<&str> = errors.iter().map(String::as_str).collect();
 
     // TIME_WAIT: 20 connections closed client-first.
@@ -435,7 +430,7 @@ fn daemonset_container_counts_exactly(variant: &str) {
     assert!(sink.requests() > pushes_before, "{variant}: no push at SIGTERM");
     let pushed = sink.latest(
         "observer.tcp.connect_errors",
-        &[("process.pid", Value::Int(i64::from(client.pid))), ("error.type", Value::Str("EADDRNOTAVAIL"))],
+        &[("process.pid", Value::Int(i64::from(client_pid))), ("error.type", Value::Str("EADDRNOTAVAIL"))],
     );
     assert_eq!(pushed, failures as i64, "{variant}: the last push carries the counts");
     println!("{variant}: stopped in {took:?}, {} pushes", sink.requests());

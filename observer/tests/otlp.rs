@@ -22,19 +22,6 @@ use observer_testing::{
 use opentelemetry_proto::tonic::metrics::v1::AggregationTemporality;
 use otlp_sink::{Pki, Sink, Value, string_attr};
 
-/// The port-exhaustion incident in its own namespace: 6 ports, 9 held
-/// connections; the client sees 3 EADDRNOTAVAIL. Returns (netns, client
-/// pid, failures the client saw); keep the netns (and the server) alive.
-fn exhaust_ports() -> (Netns, Server, u32, u64) {
-    let ns = Netns::new();
-    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
-    let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
-    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
-    let failures = client.errors("EADDRNOTAVAIL");
-    assert_eq!((client.connected, failures), (6, 3), "{client:?}");
-    (ns, server, client.pid, failures)
-}
-
 fn error_attrs(pid: u32) -> Vec<(&'static str, Value)> {
     vec![
         ("process.pid", Value::Int(pid as i64)),
@@ -61,7 +48,7 @@ fn pushes_equal_the_kernel_and_prometheus(protocol: &str, sink: impl Fn(u16) -> 
         &["--otlp-endpoint", &endpoint, "--otlp-protocol", protocol, "--otlp-interval", "300ms"],
         &[("NODE_NAME", "node-otlp")],
     );
-    let (_ns, _server, pid, failures) = exhaust_ports();
+    let (_ns, _server, pid, failures) = common::exhaust_ports();
     let attrs = error_attrs(pid);
     let arrived = sink.wait_for(Duration::from_secs(20), |s| s.latest("observer.tcp.connect_errors", &attrs) >= 3);
     assert!(arrived, "{protocol}: no push with the count; {} requests", sink.requests());
@@ -117,7 +104,7 @@ fn collector_down_then_up(temporality: &str) {
         ],
         &[],
     );
-    let (_ns, _server, pid, failures) = exhaust_ports();
+    let (_ns, _server, pid, failures) = common::exhaust_ports();
     let failed = |body: &str| sample(body, "observer_export_failures_total", &["exporter=\"otlp\""]).unwrap_or(0);
     let body = scrape_until(&daemon, Duration::from_secs(30), |b| {
         failed(b) >= 3 && sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
@@ -178,7 +165,7 @@ fn before_the_final_push() -> BeforeTheFinalPush {
         &["--otlp-endpoint", &endpoint, "--otlp-protocol", "http/protobuf", "--otlp-interval", "1h"],
         &[],
     );
-    let (ns, server, pid, failures) = exhaust_ports();
+    let (ns, server, pid, failures) = common::exhaust_ports();
     scrape_until(&daemon, Duration::from_secs(10), |b| {
         sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
     });

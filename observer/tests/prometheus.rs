@@ -14,17 +14,12 @@ use observer_testing::Netns;
 fn prometheus_finds_the_exact_eaddrnotavail_count_of_the_client() {
     let daemon = start_daemon(&[]);
     let prometheus = Prometheus::start(daemon.port);
-    let ns = Netns::new();
-    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
-    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
-    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
-    let failures = client.errors("EADDRNOTAVAIL");
-    assert_eq!((client.connected, failures), (6, 3), "{client:?}");
+    let (_ns, _server, client_pid, failures) = common::exhaust_ports();
 
     let promql = format!(
         "observer_tcp_connect_errors_total{{process_pid=\"{}\",error_type=\"EADDRNOTAVAIL\",\
          server_address=\"127.0.0.1\",server_port=\"8080\"}}",
-        client.pid
+        client_pid
     );
     // The series appears with its final value: the client is done before
     // observer's first collection after it.

@@ -56,6 +56,20 @@ pub struct Attachment {
     pub skipped_runs: SkippedRuns,
 }
 
+impl Attachment {
+    /// `hook` attached `way` to `target`; whether its skipped runs are
+    /// counted is known once its programs are open (`Probes::load`).
+    fn of(hook: &Hook, way: &Way, target: String) -> Self {
+        Self {
+            hook: hook.name,
+            mode: way.mode(),
+            target,
+            programs: way.programs(),
+            skipped_runs: SkippedRuns::NoProgram,
+        }
+    }
+}
+
 /// Whether the kernel counts the runs of a hook's programs it skips.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SkippedRuns {
@@ -332,23 +346,11 @@ pub(super) fn attach_all(
         // Before the next hooks and the shared programs attach, so no
         // program runs without the flags of the hooks before it.
         write_config(ebpf, config)?;
-        attached.push(Attachment {
-            hook: hook.name,
-            mode: way.mode(),
-            target,
-            programs: way.programs(),
-            skipped_runs: SkippedRuns::NoProgram,
-        });
+        attached.push(Attachment::of(hook, way, target));
     }
     for hook in ALWAYS {
         let (way, target) = attach_hook(ebpf, btf, offsets, hook, AttachMode::Auto)?;
-        attached.push(Attachment {
-            hook: hook.name,
-            mode: way.mode(),
-            target,
-            programs: way.programs(),
-            skipped_runs: SkippedRuns::NoProgram,
-        });
+        attached.push(Attachment::of(hook, way, target));
     }
     Ok(attached)
 }

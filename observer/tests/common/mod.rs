@@ -10,6 +10,20 @@ pub mod manifests;
 pub mod pods;
 pub mod prometheus;
 
+/// The port-exhaustion incident in its own namespace: 6 ports, 9 held
+/// connections; the client sees 3 EADDRNOTAVAIL. Returns (netns, server,
+/// client pid, failures the client saw); keep the netns and the server
+/// alive while the counts are read.
+pub fn exhaust_ports() -> (observer_testing::Netns, observer_testing::Server, u32, u64) {
+    let ns = observer_testing::Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
+    let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold"]);
+    let failures = client.errors("EADDRNOTAVAIL");
+    assert_eq!((client.connected, failures), (6, 3), "{client:?}");
+    (ns, server, client.pid, failures)
+}
+
 /// Run `cmd` with `input` on its standard input; its output.
 pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::process::Output {
     use std::io::Write as _;

@@ -45,14 +45,9 @@ pub fn run(opts: &Options) -> Result<()> {
     // user builds it.
     let image = image::run(&image::Options { rootfs: None })?;
     let host = run_cmd(
-        Command::new("cargo")
-            .current_dir(workspace_root())
-            // The eBPF crate only builds for the bpf target (via observer/build.rs).
-            .args(["test", "--workspace", "--exclude", "observer-ebpf", "--no-fail-fast"])
-            // Fault injection (tests/health.rs kills the collector thread).
-            .args(["--features", "observer/failpoints"])
+        cargo_test(&nightly.name)
+            .arg("--no-fail-fast")
             .args(&opts.args)
-            .env("OBSERVER_NIGHTLY", &nightly.name)
             .env("OBSERVER_CHURN", &churn)
             .env("OBSERVER_IMAGE", &image)
             // The tests that scrape observer with a real Prometheus server.
@@ -67,6 +62,21 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     let matrix = matrix(&nightly.name, opts);
     host.and(matrix)
+}
+
+/// `cargo test` as every part of the suite builds it. The matrix snapshots
+/// the binaries of the host run: a different package selection would unify
+/// the dependencies' features differently and build every test binary a
+/// second time (minutes, and gigabytes of disk).
+pub fn cargo_test(nightly: &str) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(workspace_root())
+        // The eBPF crate only builds for the bpf target (via observer/build.rs).
+        .args(["test", "--workspace", "--exclude", "observer-ebpf"])
+        // Fault injection (tests/health.rs kills the collector thread).
+        .args(["--features", "observer/failpoints"])
+        .env("OBSERVER_NIGHTLY", nightly);
+    cmd
 }
 
 /// Run the kernel tests on every kernel of the matrix; print the report and

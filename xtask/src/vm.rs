@@ -215,13 +215,7 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
             KERNEL_TESTS.join(", ")
         );
     }
-    let out = Command::new("cargo")
-        .current_dir(workspace_root())
-        .args(["test", "--package", "observer", "--tests", "--no-run", "--message-format=json"])
-        // As the host run builds them (test.rs), so nothing is rebuilt.
-        .args(["--features", "failpoints"])
-        .env("OBSERVER_NIGHTLY", nightly)
-        .output()?;
+    let out = crate::test::cargo_test(nightly).args(["--no-run", "--message-format=json"]).output()?;
     anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let snapshot = vm_dir().join("bin");
     let _ = fs::remove_dir_all(&snapshot);

@@ -101,6 +101,11 @@ enum Cmd {
         threads: usize,
         #[arg(long, default_value_t = 20_000)]
         connections: u64,
+        /// Take at least this long: each thread waits whenever it is ahead
+        /// of an even pace (so a scraper sees the storm grow over several
+        /// scrapes instead of one burst).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        spread: Option<Duration>,
     },
     /// Benchmark storm: `attempts` connects as fast as possible that fail:
     /// `eaddrnotavail` after holding every port of the (narrow) range, or
@@ -146,7 +151,7 @@ fn main() {
             run()
         }
         Cmd::Scan { to, ports } => scan(to, ports),
-        Cmd::Churn { listen: addr, threads, connections } => churn(addr, threads, connections),
+        Cmd::Churn { listen: addr, threads, connections, spread } => churn(addr, threads, connections, spread),
         Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
     }
 }
@@ -173,7 +178,7 @@ fn scan(to: std::net::IpAddr, (first, last): (u16, u16)) {
     println!("connected={connected} errors={}", errors.join(","));
 }
 
-fn churn(addr: SocketAddr, threads: usize, connections: u64) {
+fn churn(addr: SocketAddr, threads: usize, connections: u64, spread: Option<Duration>) {
     use std::sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -199,7 +204,13 @@ fn churn(addr: SocketAddr, threads: usize, connections: u64) {
         .map(|_| {
             std::thread::spawn(move || {
                 let mut failed = 0u64;
-                for _ in 0..per_thread {
+                for i in 0..per_thread {
+                    if let Some(spread) = spread {
+                        let due = spread.mul_f64(i as f64 / per_thread as f64);
+                        if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                            std::thread::sleep(ahead);
+                        }
+                    }
                     match TcpStream::connect(addr) {
                         Ok(stream) => drop(stream),
                         Err(_) => failed += 1,

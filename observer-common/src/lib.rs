@@ -91,6 +91,32 @@ pub struct ListenerKey {
     pub family: u16,
 }
 
+/// Key of the listen-overflow counters: the listener (namespace, local
+/// port in host order, family) and its owner, the process that called
+/// listen() (tgid 0 with the socket's cgroup when observer did not see it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenOverflowKey {
+    pub owner: Actor,
+    pub listener: ListenerKey,
+}
+
+/// A listener's last drop count, taken as it closed (LISTEN -> CLOSE), for
+/// the mode where the sweep reads drop counts: drops after the sweep's last
+/// reading would otherwise vanish with the socket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClosedListener {
+    /// The socket cookie, as sock_diag reports it (0: never asked, so the
+    /// sweep never read this listener).
+    pub cookie: u64,
+    pub listener: ListenerKey,
+    /// `sk_drops` at the close.
+    pub drops: u32,
+    pub _pad: u32,
+    pub owner: Actor,
+}
+
 /// Who connects where: a connect() whose socket entered SYN_SENT. Kept per
 /// socket (`INFLIGHT_CONNECTS`) while its outcome is still to come after the
 /// connect() call returned (non-blocking, or interrupted), so an asynchronous
@@ -139,7 +165,9 @@ pub struct Config {
     /// Which of the two buffers of counter maps the programs count into
     /// now (0 or 1); userspace reads and empties the other (see `buffers`).
     pub buffer: u32,
-    pub _pad: u32,
+    /// 1: no overflow hook attached; the sweep reads the listeners' drop
+    /// counters, and `sock_state` queues a closing listener's last one.
+    pub listen_drops_from_sweep: u32,
 }
 
 /// The counter maps come in two buffers, so they hold recent activity, not
@@ -196,7 +224,9 @@ pub mod lost {
     pub const CONNECT_ERRORS_FULL: u32 = 1;
     pub const INFLIGHT_FULL: u32 = 2;
     pub const TIME_WAIT_BY_NETNS_FULL: u32 = 3;
-    pub const SLOTS: u32 = 4;
+    pub const LISTEN_OVERFLOWS_FULL: u32 = 4;
+    pub const CLOSED_LISTENERS_FULL: u32 = 5;
+    pub const SLOTS: u32 = 6;
 }
 
 /// The LRU maps (entries the kernel evicts to make room when full) and the
@@ -233,6 +263,10 @@ pub mod capacity {
     /// Network namespaces whose TIME_WAIT entries are counted apart (to
     /// check against the kernel's own count); gone ones are removed.
     pub const TIME_WAIT_BY_NETNS: u32 = 4_096;
+    /// Listeners with overflows in one interval (a buffer of its own).
+    pub const LISTEN_OVERFLOWS: u32 = 16_384;
+    /// Listeners closed within one interval, in the sweep's mode.
+    pub const CLOSED_LISTENERS: u32 = 4_096;
 }
 
 const _: () = {
@@ -242,6 +276,8 @@ const _: () = {
     assert!(size_of::<ProcCounters>() == 24);
     assert!(size_of::<ConnectErrorKey>() == 56);
     assert!(size_of::<ListenerKey>() == 8);
+    assert!(size_of::<ListenOverflowKey>() == 40);
+    assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
     assert!(size_of::<Config>() == 16);

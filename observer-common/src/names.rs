@@ -15,6 +15,9 @@ pub mod maps {
     pub const PROC_COUNTERS_BUFFERS: [&str; 2] = ["PROC_COUNTERS_0", "PROC_COUNTERS_1"];
     pub const CONNECT_ERRORS_BUFFERS: [&str; 2] = ["CONNECT_ERRORS_0", "CONNECT_ERRORS_1"];
     pub const KEYS_CREATED_BUFFERS: [&str; 2] = ["KEYS_CREATED_0", "KEYS_CREATED_1"];
+    pub const LISTEN_OVERFLOWS: &str = "LISTEN_OVERFLOWS";
+    pub const LISTEN_OVERFLOWS_BUFFERS: [&str; 2] = ["LISTEN_OVERFLOWS_0", "LISTEN_OVERFLOWS_1"];
+    pub const CLOSED_LISTENERS: &str = "CLOSED_LISTENERS";
     pub const SOCK_OWNERS: &str = "SOCK_OWNERS";
     pub const LISTENERS: &str = "LISTENERS";
     pub const INFLIGHT_CONNECTS: &str = "INFLIGHT_CONNECTS";
@@ -49,6 +52,12 @@ pub mod programs {
     pub const TIME_WAIT_TWIN: &str = "time_wait_twin";
     pub const SOCK_STATE: &str = "sock_state";
     pub const PROCESS_EXIT: &str = "process_exit";
+    pub const OVERFLOW_SYN_FENTRY: &str = "overflow_syn_fentry";
+    pub const OVERFLOW_ACK_V4_FENTRY: &str = "overflow_ack_v4_fentry";
+    pub const OVERFLOW_ACK_V6_FENTRY: &str = "overflow_ack_v6_fentry";
+    pub const OVERFLOW_SYN_KPROBE: &str = "overflow_syn_kprobe";
+    pub const OVERFLOW_ACK_V4_KPROBE: &str = "overflow_ack_v4_kprobe";
+    pub const OVERFLOW_ACK_V6_KPROBE: &str = "overflow_ack_v6_kprobe";
 
     /// Every program of the object.
     pub const ALL: &[&str] = &[
@@ -71,5 +80,11 @@ pub mod programs {
         TIME_WAIT_TWIN,
         SOCK_STATE,
         PROCESS_EXIT,
+        OVERFLOW_SYN_FENTRY,
+        OVERFLOW_ACK_V4_FENTRY,
+        OVERFLOW_ACK_V6_FENTRY,
+        OVERFLOW_SYN_KPROBE,
+        OVERFLOW_ACK_V4_KPROBE,
+        OVERFLOW_ACK_V6_KPROBE,
     ];
 }

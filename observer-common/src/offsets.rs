@@ -62,6 +62,25 @@ pub struct KernelOffsets {
     /// userspace loads the fexit program that reads the return value after
     /// that many arguments (accept.rs). Not read by the programs.
     pub inet_csk_accept_params: u32,
+    /// `sock.sk_ack_backlog` (u32): connections in the accept queue
+    pub sock_ack_backlog: u32,
+    /// `sock.sk_max_ack_backlog` (u32): the listen() backlog, capped
+    pub sock_max_ack_backlog: u32,
+    /// `sock.sk_drops` (atomic_t): a listener's drops (`tcp_listendrop`)
+    pub sock_drops: u32,
+    /// `sock.__sk_common.skc_cookie` (u64): the socket cookie sock_diag
+    /// reports (set the first time anyone asks, 0 before)
+    pub skc_cookie: u32,
+    /// `inet_connection_sock.icsk_accept_queue.qlen` (atomic_t): requests
+    /// waiting for the handshake's last ACK (the SYN queue)
+    pub icsk_syn_queue_len: u32,
+    /// `sk_buff.protocol` (__be16, ETH_P_IP / ETH_P_IPV6)
+    pub skb_protocol: u32,
+    /// `sk_buff.cb` plus `tcp_skb_cb.tcp_tw_isn` (u32): non-zero for a
+    /// SYN that matched a TIME_WAIT socket
+    pub skb_tcp_tw_isn: u32,
+    /// `net.ipv4.sysctl_tcp_syncookies` (u8)
+    pub net_tcp_syncookies: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 92);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 124);

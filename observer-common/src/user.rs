@@ -1,7 +1,7 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenerKey, ProcCounters, ProcKey,
-    ThreadConnect,
+    Actor, ClosedListener, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
+    ListenerKey, ProcCounters, ProcKey, ThreadConnect,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
@@ -11,6 +11,8 @@ unsafe impl aya::Pod for ProcKey {}
 unsafe impl aya::Pod for ProcCounters {}
 unsafe impl aya::Pod for ConnectErrorKey {}
 unsafe impl aya::Pod for ListenerKey {}
+unsafe impl aya::Pod for ListenOverflowKey {}
+unsafe impl aya::Pod for ClosedListener {}
 unsafe impl aya::Pod for InflightConnect {}
 unsafe impl aya::Pod for ThreadConnect {}
 unsafe impl aya::Pod for Config {}

@@ -10,14 +10,14 @@
 //! each update goes to the one `Config::buffer` names when it starts.
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
 use observer_common::{
-    Actor, ConnectErrorKey, KeysCreated, ProcCounters, ProcKey, TASK_COMM_LEN,
+    Actor, ConnectErrorKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey, TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
     lost, lru,
 };
 
 use crate::maps::{
-    CONNECT_ERRORS_0, CONNECT_ERRORS_1, KEYS_CREATED_0, KEYS_CREATED_1, LOST, LRU_CHURN, PROC_COUNTERS_0,
-    PROC_COUNTERS_1, TIME_WAIT_BY_NETNS, config,
+    CONNECT_ERRORS_0, CONNECT_ERRORS_1, KEYS_CREATED_0, KEYS_CREATED_1, LISTEN_OVERFLOWS_0, LISTEN_OVERFLOWS_1, LOST,
+    LRU_CHURN, PROC_COUNTERS_0, PROC_COUNTERS_1, TIME_WAIT_BY_NETNS, config,
 };
 
 #[derive(Clone, Copy)]
@@ -180,5 +180,20 @@ pub fn bump_connect_error(key: &ConnectErrorKey) {
     match value {
         Some(v) => add(v, 1),
         None => count_lost(lost::CONNECT_ERRORS_FULL),
+    }
+}
+
+/// Count one listen-queue overflow; false if the buffer's map is full.
+/// Keys are listeners, which the kernel's own limits bound, so there is
+/// no per-process share as for the maps above.
+#[inline(always)]
+pub fn bump_listen_overflow(key: &ListenOverflowKey) -> bool {
+    let map = if buffer() == 0 { &LISTEN_OVERFLOWS_0 } else { &LISTEN_OVERFLOWS_1 };
+    match value_of(map, key, &0) {
+        Some(v) => {
+            add(v, 1);
+            true
+        }
+        None => false,
     }
 }

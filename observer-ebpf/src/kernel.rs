@@ -8,12 +8,13 @@ use aya_ebpf::helpers::{
 };
 use observer_common::{AF_INET, AF_INET6, Actor, TASK_COMM_LEN};
 
-use crate::maps::offsets;
+use crate::maps::{SOCK_OWNERS, offsets};
 
 pub const IPPROTO_TCP: u16 = 6;
 
+/// Read a `T` at `base + offset` (a kernel address).
 #[inline(always)]
-unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
+pub unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
     unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).map_err(|e| e as i64) }
 }
 
@@ -33,6 +34,18 @@ pub fn current_actor() -> Actor {
         comm = bpf_get_current_comm().unwrap_or_default();
     }
     Actor { tgid, _pad: 0, cgroup_id, comm }
+}
+
+/// Who a socket's events are charged to: its owner, recorded in process
+/// context (connect, accept, listen); for a socket opened before observer
+/// started (or whose owner the LRU map forgot), tgid 0 in the socket's own
+/// cgroup, so it still names its pod.
+#[inline(always)]
+pub fn sock_owner(sk: u64) -> Actor {
+    match unsafe { SOCK_OWNERS.get(&sk) } {
+        Some(owner) => *owner,
+        None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
+    }
 }
 
 /// The `struct sock *` behind file descriptor `fd` of the current task, or 0.

@@ -14,6 +14,7 @@ mod counters;
 mod exit;
 mod kernel;
 mod maps;
+mod overflow;
 mod state;
 mod time_wait;
 

@@ -3,11 +3,11 @@
 //! are LRU so stale entries make room on their own.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, Queue},
 };
 use observer_common::{
-    Actor, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenerKey, ProcCounters, ProcKey,
-    RecentlyCounted, ThreadConnect, capacity, lost, lru,
+    Actor, ClosedListener, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
+    ListenerKey, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect, capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -36,6 +36,14 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     cgroup_kn: 0,
     kernfs_node_id: 0,
     inet_csk_accept_params: 0,
+    sock_ack_backlog: 0,
+    sock_max_ack_backlog: 0,
+    sock_drops: 0,
+    skc_cookie: 0,
+    icsk_syn_queue_len: 0,
+    skb_protocol: 0,
+    skb_tcp_tw_isn: 0,
+    net_tcp_syncookies: 0,
 };
 
 /// Read the offsets through a volatile load: the compiler must not fold the
@@ -78,6 +86,20 @@ pub static CONNECT_ERRORS_1: PerCpuHashMap<ConnectErrorKey, u64> =
 pub static KEYS_CREATED_0: HashMap<u32, KeysCreated> = HashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
 #[map]
 pub static KEYS_CREATED_1: HashMap<u32, KeysCreated> = HashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
+
+/// Listen-queue overflows per listener and owner (overflow.rs); two
+/// buffers, like the counters above.
+#[map]
+pub static LISTEN_OVERFLOWS_0: PerCpuHashMap<ListenOverflowKey, u64> =
+    PerCpuHashMap::with_max_entries(capacity::LISTEN_OVERFLOWS, 0);
+#[map]
+pub static LISTEN_OVERFLOWS_1: PerCpuHashMap<ListenOverflowKey, u64> =
+    PerCpuHashMap::with_max_entries(capacity::LISTEN_OVERFLOWS, 0);
+
+/// Listeners that closed, with their last drop count, for the sweep to
+/// settle (only where no overflow hook is attached, `Config`).
+#[map]
+pub static CLOSED_LISTENERS: Queue<ClosedListener> = Queue::with_max_entries(capacity::CLOSED_LISTENERS, 0);
 
 /// Who owns a socket (key: `struct sock *`), recorded in process context
 /// (connect, accept, listen) so softirq-time events can be attributed.

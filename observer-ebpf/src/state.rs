@@ -5,17 +5,21 @@
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the outcome of a connect still going
 //!   on when its connect() call returned;
 //! - -> LISTEN: record the listener's owner for userspace;
+//! - LISTEN -> CLOSE: where the sweep reads listeners' drop counters (no
+//!   overflow hook), queue the listener's last one for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
 //!   hook is attached (one of the pair of programs of time_wait.rs);
 //! - -> CLOSE: forget the socket's owner.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use observer_common::{ListenerKey, lru, tcp_state::*};
+use observer_common::{ClosedListener, ListenerKey, lost, lru, tcp_state::*};
 
 use crate::{
     connect::{connect_settled, syn_sent_in_connect},
-    counters::{lru_insert, lru_remove},
-    kernel::{IPPROTO_TCP, current_actor, sock_family, sock_local_port, sock_netns, sock_protocol},
-    maps::{INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config},
+    counters::{count_lost, lru_insert, lru_remove},
+    kernel::{
+        IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
+    },
+    maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offsets},
     time_wait::{count_once_per_pair, is_time_wait_entry},
 };
 
@@ -42,6 +46,7 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         (CLOSE, SYN_SENT) => syn_sent_in_connect(sk),
         (SYN_SENT, _) => connect_settled(sk, new == CLOSE),
         (_, LISTEN) => record_listener(sk),
+        (LISTEN, CLOSE) if config().listen_drops_from_sweep == 1 => record_closed_listener(sk),
         _ => {}
     }
     if new == CLOSE {
@@ -62,4 +67,23 @@ fn record_listener(sk: u64) {
     let key = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
     let _ = lru_insert(&LISTENERS, lru::LISTENERS, &key, &actor);
     let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
+}
+
+/// A listener closes: its drop counter goes with it, so queue its last
+/// value (and its cookie, by which the sweep knows it) for userspace. The
+/// listener is unhashed in this same state change: no SYN finds it after.
+#[inline(always)]
+fn record_closed_listener(sk: u64) {
+    let off = offsets();
+    let owner = sock_owner(sk);
+    let closed = ClosedListener {
+        cookie: unsafe { read_at::<u64>(sk, off.skc_cookie) }.unwrap_or(0),
+        listener: ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) },
+        drops: unsafe { read_at::<u32>(sk, off.sock_drops) }.unwrap_or(0),
+        _pad: 0,
+        owner,
+    };
+    if CLOSED_LISTENERS.push(&closed, 0).is_err() {
+        count_lost(lost::CLOSED_LISTENERS_FULL);
+    }
 }

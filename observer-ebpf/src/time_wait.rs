@@ -26,12 +26,12 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, kprobe},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext},
 };
-use observer_common::{Actor, RecentlyCounted, tcp_state::*};
+use observer_common::{RecentlyCounted, tcp_state::*};
 
 use crate::{
     counters::{ProcCounter, bump_netns_time_wait, bump_proc},
-    kernel::{IPPROTO_TCP, sock_cgroup_id, sock_err, sock_family, sock_netns, sock_protocol},
-    maps::{SOCK_OWNERS, TIME_WAIT_RECENT},
+    kernel::{IPPROTO_TCP, sock_err, sock_family, sock_netns, sock_owner, sock_protocol},
+    maps::TIME_WAIT_RECENT,
 };
 
 /// void tcp_time_wait(struct sock *sk, int state, int timeo): the socket is
@@ -118,16 +118,10 @@ pub fn count_once_per_pair(sk: u64) {
     }
 }
 
-/// Charge one TIME_WAIT entry to the socket's owner. A socket opened before
-/// observer started (or whose owner the LRU map forgot) has no known owner:
-/// it is charged to tgid 0 in the socket's own cgroup, so it still names
-/// its pod.
+/// Charge one TIME_WAIT entry to the socket's owner (`sock_owner`).
 #[inline(always)]
 pub fn count_time_wait(sk: u64) {
-    let owner = match unsafe { SOCK_OWNERS.get(&sk) } {
-        Some(owner) => *owner,
-        None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
-    };
+    let owner = sock_owner(sk);
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
     bump_netns_time_wait(sock_netns(sk));
 }

@@ -117,6 +117,17 @@ impl Netns {
             .unwrap_or_else(|| panic!("no listener on {port}: {out}"))
     }
 
+    /// The drop counter (`sk_drops`) of the listener on `port`, as
+    /// `ss -ltnm` shows it (`skmem:(...,d<drops>)`).
+    pub fn listener_drops(&self, port: u16) -> u64 {
+        let out = run(self.command("ss").args(["-Hltnm", &format!("sport = :{port}")]));
+        let skmem = out.split("skmem:(").nth(1).unwrap_or_else(|| panic!("no listener on {port}: {out}"));
+        skmem
+            .split([',', ')'])
+            .find_map(|field| field.strip_prefix('d').and_then(|n| n.parse().ok()))
+            .unwrap_or_else(|| panic!("no drop count in `{out}`"))
+    }
+
     /// Every TCP socket of the namespace, for failure messages.
     pub fn ss_all(&self) -> String {
         run(self.command("ss").args(["-Htan"]))

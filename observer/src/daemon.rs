@@ -15,10 +15,7 @@ use crate::{
     export::{ExportStats, Metrics, http, otlp},
     health::{CollectorState, Health},
     node::sock_diag,
-    probes::{
-        Attachment, Probes,
-        hooks::{Mode, SkippedRuns},
-    },
+    probes::Probes,
     round::Rounds,
     snapshot::Published,
 };
@@ -33,8 +30,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     };
     raise_open_files_limit(config.max_namespaces);
     let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
-    let mut attachments = probes.attachments.clone();
-    attachments.push(check_sock_diag()?);
+    check_sock_diag()?;
+    let attachments = probes.attachments.clone();
 
     let published = Arc::new(Published::default());
     published.update(|s| s.kernel.attachments.clone_from(&attachments));
@@ -197,17 +194,12 @@ fn raise_open_files_limit(max_namespaces: usize) {
     }
 }
 
-/// Listen overflows come from sock_diag; make sure it answers here before
-/// claiming the hook is attached.
-fn check_sock_diag() -> Result<Attachment, Error> {
-    match sock_diag::DiagSocket::open().and_then(|mut diag| diag.listeners(0)) {
-        Ok(_) => Ok(Attachment {
-            hook: "listen_overflow",
-            mode: Mode::SockDiag,
-            target: "NETLINK_SOCK_DIAG sk_drops".into(),
-            programs: Vec::new(),
-            skipped_runs: SkippedRuns::NoProgram,
-        }),
-        Err(e) => Err(Error::Attach { hook: "listen_overflow", tried: format!("sock_diag: {e}") }),
-    }
+/// The sweep reads listeners and sockets through sock_diag (and, where no
+/// overflow hook attached, the listeners' drop counters): make sure it
+/// answers here before starting.
+fn check_sock_diag() -> Result<(), Error> {
+    sock_diag::DiagSocket::open()
+        .and_then(|mut diag| diag.listeners(0))
+        .map(|_| ())
+        .map_err(|e| Error::Attach { hook: "sock_diag", tried: format!("NETLINK_SOCK_DIAG: {e}") })
 }

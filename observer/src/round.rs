@@ -15,7 +15,10 @@ use crate::{
     config::RunConfig,
     error::Error,
     node::{NodeReading, files, sweep::Sweeper, trend::PortTrend},
-    probes::{Attachment, ProgramHandle},
+    probes::{
+        Attachment, ProgramHandle,
+        hooks::{self, Mode},
+    },
     series::SeriesStore,
     snapshot::{KernelHealth, ListenerGauge, NamespaceGauge, NodeGauges, RoundStats, Snapshot},
 };
@@ -53,8 +56,10 @@ impl Rounds {
         config: &RunConfig,
     ) -> Self {
         let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
+        let overflows_from_sweep =
+            attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag);
         Self {
-            collector: Collector::new(maps, config.proc_root.clone(), attributor),
+            collector: Collector::new(maps, config.proc_root.clone(), attributor, overflows_from_sweep),
             sweeper: Sweeper::new(&config.proc_root, config.max_namespaces, config.interval),
             series: SeriesStore::new(config.limits),
             trend: PortTrend::default(),
@@ -152,6 +157,8 @@ impl Rounds {
                 (maps::CONNECT_ERRORS, deltas.lost[lost::CONNECT_ERRORS_FULL as usize]),
                 (maps::INFLIGHT_CONNECTS, deltas.lost[lost::INFLIGHT_FULL as usize]),
                 (maps::TIME_WAIT_BY_NETNS, deltas.lost[lost::TIME_WAIT_BY_NETNS_FULL as usize]),
+                (maps::LISTEN_OVERFLOWS, deltas.lost[lost::LISTEN_OVERFLOWS_FULL as usize]),
+                (maps::CLOSED_LISTENERS, deltas.lost[lost::CLOSED_LISTENERS_FULL as usize]),
             ],
             unseen: if self.time_wait_check { vec![("time_wait_entry", deltas.unseen_time_wait)] } else { Vec::new() },
             // Cumulative in the kernel: read as is, no delta needed.

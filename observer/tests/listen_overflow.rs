@@ -1,12 +1,18 @@
 //! A listener that never accepts: its queue fills and the kernel drops new
 //! connections. observer must charge the drops to the listener's owner and
-//! port, and match the namespace's TcpExtListenOverflows exactly.
+//! port, and match the namespace's TcpExtListenOverflows exactly, also when
+//! the listener is gone before observer's next round, and on both of the
+//! kernel's paths (a SYN, and the handshake's last ACK).
 mod common;
 
-use std::time::Duration;
+use std::{
+    process::Child,
+    time::{Duration, Instant},
+};
 
 use common::{Observer, collect_until};
-use observer_testing::Netns;
+use observer::probes::hooks::{self, Mode};
+use observer_testing::{Netns, churn};
 
 /// Overflow a never-accepting listener on `addr` (port `port`) with 8
 /// connection attempts; observer starts before the listener exists, or
@@ -97,4 +103,204 @@ fn a_namespace_missing_from_some_sweeps_does_not_count_its_drops_twice() {
         obs.collect();
     }
     assert_eq!(obs.listen_drops(owner, port), total, "TcpExtListenOverflows says {total}");
+}
+
+/// Whether observer counts overflows from the listeners' drop counters
+/// (no overflow hook on this kernel or in this mode) rather than where the
+/// kernel counts them.
+fn counts_from_the_sweep(obs: &Observer) -> bool {
+    obs.probes.attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag)
+}
+
+/// Read rounds until the count settles at what the kernel says, then a few
+/// more: a double count would show in them.
+fn settle(obs: &mut Observer, owners: &[u32], port: u16, expected: u64) -> u64 {
+    let total = |o: &Observer| owners.iter().map(|pid| o.listen_drops(*pid, port)).sum::<u64>();
+    collect_until(obs, |o| total(o) >= expected);
+    for _ in 0..3 {
+        obs.collect();
+    }
+    total(obs)
+}
+
+/// The avalanche's own pattern: a server falls behind, its accept queue
+/// overflows, and it is killed before observer's next round (rounds are
+/// this test's to make: none runs between the overflow and the kill).
+#[test]
+fn a_listener_killed_right_after_overflowing_is_counted() {
+    let ns = Netns::new();
+    let mut obs = Observer::start();
+    let before = ns.nstat("TcpExtListenOverflows");
+    let server = ns.serve(&["--listen", "127.0.0.1:7900", "--backlog", "1", "--never-accept"]);
+    let pid = server.pid();
+    ns.client(&["--to", "127.0.0.1:7900", "--count", "8", "--nonblocking", "200ms"]);
+    drop(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let overflows = ns.nstat("TcpExtListenOverflows") - before;
+    assert!(overflows > 0, "the scenario must overflow the accept queue");
+    assert_eq!(settle(&mut obs, &[pid], 7900, overflows), overflows, "TcpExtListenOverflows says {overflows}");
+}
+
+/// A server restarted by its liveness probe, overflowing in each life:
+/// three listeners on one port, each gone before a round; the sum over
+/// their owners is the kernel's count.
+#[test]
+fn a_listener_restarted_three_times_counts_every_life() {
+    let ns = Netns::new();
+    let mut obs = Observer::start();
+    let before = ns.nstat("TcpExtListenOverflows");
+    let mut owners = Vec::new();
+    for _ in 0..3 {
+        let server = ns.serve(&["--listen", "127.0.0.1:7901", "--backlog", "1", "--never-accept"]);
+        owners.push(server.pid());
+        ns.client(&["--to", "127.0.0.1:7901", "--count", "6", "--nonblocking", "200ms"]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let overflows = ns.nstat("TcpExtListenOverflows") - before;
+    assert!(overflows >= 3, "each life must overflow: {overflows}");
+    assert_eq!(settle(&mut obs, &owners, 7901, overflows), overflows, "TcpExtListenOverflows says {overflows}");
+}
+
+/// Drop the handshake's last ACK from client port `port` to `to_port`
+/// (the client then holds an established connection the server still
+/// has as a request, SYN-RECV); `iptables -D` with the same rule lifts it.
+fn last_ack_rule(ns: &Netns, action: &str, client_ports: &str, to_port: u16) {
+    let to_port = to_port.to_string();
+    observer_testing::netns::run(ns.command("iptables").args([
+        action,
+        "INPUT",
+        "-p",
+        "tcp",
+        "--sport",
+        client_ports,
+        "--dport",
+        &to_port,
+        "--tcp-flags",
+        "ALL",
+        "ACK",
+        "-j",
+        "DROP",
+    ]));
+}
+
+/// A client connecting to `to` from the local port range set before, kept
+/// open (non-blocking) for `open`; killed on drop.
+struct HeldClient(Child);
+
+impl HeldClient {
+    fn start(ns: &Netns, to: &str, count: u32, open: &str) -> Self {
+        let count = count.to_string();
+        let child = ns
+            .command(&churn())
+            .args(["connect", "--to", to, "--count", &count, "--nonblocking", open])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+}
+
+impl Drop for HeldClient {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Requests of `port` waiting for the handshake's last ACK (SYN-RECV).
+fn waiting_requests(ns: &Netns, port: u16) -> u64 {
+    let filter = format!("sport = :{port}");
+    observer_testing::netns::run(ns.command("ss").args(["-Htan", "state", "syn-recv", &filter])).lines().count() as u64
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The final-ACK path (tcp_v4_syn_recv_sock finding the queue full): a
+/// request answered while the queue had room, whose last ACK comes after
+/// other connections filled it. The kernel retransmits its SYN-ACK, the
+/// client acknowledges it again, and each of those ACKs overflows; no
+/// SYN does, since no client sends one any more. In the sweep's mode
+/// observer counts the listener's drop counter, to which the kernel adds
+/// each such ACK twice (tcp_listendrop, then the dropped packet).
+#[test]
+fn overflows_on_the_handshakes_last_ack_are_counted() {
+    let ns = Netns::new();
+    let mut obs = Observer::start();
+    let port = 7902;
+    let server = ns.serve(&["--listen", "127.0.0.1:7902", "--backlog", "1", "--never-accept"]);
+    let pid = server.pid();
+    let before = ns.nstat_all(&["TcpExtListenOverflows", "TcpExtTCPReqQFullDrop"]);
+    ns.sysctl("net.ipv4.ip_local_port_range", "40000 40000");
+    last_ack_rule(&ns, "-A", "40000", port);
+    let _waiting = HeldClient::start(&ns, "127.0.0.1:7902", 1, "60s");
+    wait_for("the request in SYN-RECV", || waiting_requests(&ns, port) == 1);
+    // Two connections fill the queue (backlog 1 holds two).
+    ns.sysctl("net.ipv4.ip_local_port_range", "40010 40030");
+    ns.client(&["--to", "127.0.0.1:7902", "--count", "2", "--nonblocking", "200ms"]);
+    assert_eq!(ns.nstat("TcpExtListenOverflows"), before[0], "filling the queue overflows nothing");
+    last_ack_rule(&ns, "-D", "40000", port);
+    wait_for("an overflow on the last ACK", || ns.nstat("TcpExtListenOverflows") > before[0]);
+    // Killed at once: the next SYN-ACK retransmission is seconds away.
+    let drops = ns.listener_drops(port);
+    drop(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = ns.nstat_all(&["TcpExtListenOverflows", "TcpExtTCPReqQFullDrop"]);
+    let overflows = after[0] - before[0];
+    assert_eq!(after[1], before[1], "no SYN was dropped for a full SYN queue");
+    let expected = if counts_from_the_sweep(&obs) { drops } else { overflows };
+    assert_eq!(
+        settle(&mut obs, &[pid], port, expected),
+        expected,
+        "TcpExtListenOverflows says {overflows}, the listener's drop counter {drops}"
+    );
+}
+
+/// The SYN path (tcp_conn_request): with syncookies off, a SYN meeting a
+/// full SYN queue is dropped before the accept queue is looked at, and is
+/// no overflow (TcpExtTCPReqQFullDrop), however full that queue is; with
+/// syncookies on, the same SYN goes on and overflows the accept queue.
+/// Where observer reads the listeners' drop counters instead (the sweep's
+/// mode) it counts those, which include the former.
+#[test]
+fn syns_a_full_syn_queue_drops_are_no_overflows() {
+    let ns = Netns::new();
+    let mut obs = Observer::start();
+    let port = 7903;
+    let server = ns.serve(&["--listen", "127.0.0.1:7903", "--backlog", "1", "--never-accept"]);
+    let pid = server.pid();
+    let counters = ["TcpExtListenOverflows", "TcpExtTCPReqQFullDrop"];
+    let before = ns.nstat_all(&counters);
+    // Two requests whose last ACK never comes fill the SYN queue (it
+    // holds backlog + 1).
+    ns.sysctl("net.ipv4.ip_local_port_range", "40000 40001");
+    last_ack_rule(&ns, "-A", "40000:40001", port);
+    let _waiting =
+        [HeldClient::start(&ns, "127.0.0.1:7903", 1, "60s"), HeldClient::start(&ns, "127.0.0.1:7903", 1, "60s")];
+    wait_for("two requests in SYN-RECV", || waiting_requests(&ns, port) == 2);
+    // Two connections through SYN cookies fill the accept queue.
+    ns.sysctl("net.ipv4.ip_local_port_range", "40010 40030");
+    ns.client(&["--to", "127.0.0.1:7903", "--count", "2", "--nonblocking", "200ms"]);
+    ns.sysctl("net.ipv4.tcp_syncookies", "0");
+    ns.client(&["--to", "127.0.0.1:7903", "--count", "3", "--nonblocking", "200ms"]);
+    ns.sysctl("net.ipv4.tcp_syncookies", "1");
+    ns.client(&["--to", "127.0.0.1:7903", "--count", "2", "--nonblocking", "200ms"]);
+    let drops = ns.listener_drops(port);
+    drop(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = ns.nstat_all(&counters);
+    let [overflows, syn_queue_full] = [0, 1].map(|i| after[i] - before[i]);
+    assert!(syn_queue_full >= 3, "SYNs must meet the full SYN queue: {syn_queue_full}");
+    assert!(overflows >= 2, "SYNs with cookies must overflow the accept queue: {overflows}");
+    let expected = if counts_from_the_sweep(&obs) { drops } else { overflows };
+    assert_eq!(
+        settle(&mut obs, &[pid], port, expected),
+        expected,
+        "ListenOverflows {overflows}, ReqQFullDrop {syn_queue_full}, the listener's drop counter {drops}"
+    );
 }

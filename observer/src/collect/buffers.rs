@@ -5,7 +5,7 @@
 //! interval's keys: a process that met 17,000 destinations last week takes
 //! no room today.
 use aya::maps::{Array, HashMap as AyaHashMap, MapData, PerCpuHashMap};
-use observer_common::{Config, ConnectErrorKey, KeysCreated, ProcCounters, ProcKey, names::maps};
+use observer_common::{Config, ConnectErrorKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey, names::maps};
 
 use super::map_err;
 use crate::error::Error;
@@ -16,6 +16,7 @@ pub struct Buffers {
     pub proc_counters: [PerCpuHashMap<MapData, ProcKey, ProcCounters>; 2],
     pub connect_errors: [PerCpuHashMap<MapData, ConnectErrorKey, u64>; 2],
     pub keys_created: [AyaHashMap<MapData, u32, KeysCreated>; 2],
+    pub listen_overflows: [PerCpuHashMap<MapData, ListenOverflowKey, u64>; 2],
 }
 
 /// One buffer's contents: the counts of one interval.
@@ -23,6 +24,7 @@ pub struct Buffers {
 pub struct Interval {
     pub procs: Vec<(ProcKey, ProcCounters)>,
     pub connect_errors: Vec<(ConnectErrorKey, u64)>,
+    pub listen_overflows: Vec<(ListenOverflowKey, u64)>,
 }
 
 impl Buffers {
@@ -49,12 +51,19 @@ impl Buffers {
             let (key, per_cpu) = item.map_err(map_err(maps::CONNECT_ERRORS))?;
             interval.connect_errors.push((key, per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v))));
         }
+        for item in self.listen_overflows[old].iter() {
+            let (key, per_cpu) = item.map_err(map_err(maps::LISTEN_OVERFLOWS))?;
+            interval.listen_overflows.push((key, per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v))));
+        }
         // Nothing counts into this buffer now: emptying it loses nothing.
         for (key, _) in &interval.procs {
             let _ = self.proc_counters[old].remove(key);
         }
         for (key, _) in &interval.connect_errors {
             let _ = self.connect_errors[old].remove(key);
+        }
+        for (key, _) in &interval.listen_overflows {
+            let _ = self.listen_overflows[old].remove(key);
         }
         let tgids: Vec<u32> = self.keys_created[old].keys().filter_map(Result::ok).collect();
         for tgid in tgids {

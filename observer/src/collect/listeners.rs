@@ -1,4 +1,8 @@
-//! Listener drop counters -> per-owner deltas.
+//! Listeners: their owners, and, where no overflow hook is attached (the
+//! sweep's mode), their drop counters as per-owner deltas. With a hook, the
+//! programs count each overflow as it happens (observer-ebpf's
+//! overflow.rs) and the drop counters are not read as counts here: the two
+//! never count a drop twice.
 //!
 //! sock_diag gives each listener's cumulative `sk_drops`. A listener seen in
 //! the first scan may have dropped connections before observer started:
@@ -12,6 +16,11 @@
 //! namespace are forgotten when a sweep of that namespace no longer has
 //! them, or when the namespace has been missing for `MISSING_FOR`.
 //!
+//! A listener that closes takes its counter with it: the programs queue
+//! its last value at LISTEN -> CLOSE (`ClosedListener`), and `closed`
+//! counts what it dropped since the sweep last read it, so a server that
+//! overflows and is killed before the next sweep is still counted.
+//!
 //! The owner is the process that called listen(), recorded by the eBPF
 //! side. A listener opened before observer started has no such record; its
 //! owner is then found once through /proc (the process holding the socket's
@@ -21,7 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_common::{Actor, ListenerKey};
+use observer_common::{Actor, ClosedListener, ListenerKey};
 
 use super::since;
 use crate::node::sock_diag::Listener;
@@ -39,8 +48,12 @@ pub struct ListenerDrops {
 /// remembered: past that, the namespace is taken to be gone.
 pub const MISSING_FOR: Duration = Duration::from_secs(600);
 
-#[derive(Default)]
 pub struct ListenerTracker {
+    /// Whether drops are counted from the counters (the sweep's mode).
+    count_drops: bool,
+    /// Listeners `closed` settled this round (the sweep may still have
+    /// read them, just before they closed).
+    closed_now: HashSet<u64>,
     /// Last `sk_drops` per listener and its namespace, by socket cookie
     /// (unique per boot).
     last: HashMap<u64, (u32, u32)>,
@@ -53,6 +66,41 @@ pub struct ListenerTracker {
 }
 
 impl ListenerTracker {
+    /// `count_drops`: whether the listeners' drop counters are the counts
+    /// (no overflow hook attached).
+    pub fn new(count_drops: bool) -> Self {
+        Self {
+            count_drops,
+            closed_now: HashSet::new(),
+            last: HashMap::new(),
+            missing: HashMap::new(),
+            owners: HashMap::new(),
+            first_scan_done: false,
+        }
+    }
+
+    /// Listeners that closed since the last round, with their last drop
+    /// count: what each dropped since the sweep last read it (all of it
+    /// for one the sweep never read, once the first sweep is done: it was
+    /// opened while observer ran). Called before `update`.
+    pub fn closed(&mut self, closed: &[ClosedListener]) -> Vec<ListenerDrops> {
+        let mut out = Vec::new();
+        for c in closed {
+            let known = (c.cookie != 0).then(|| self.last.remove(&c.cookie)).flatten();
+            let delta = match known {
+                Some((_, last)) => since(last as u64, c.drops as u64),
+                None if self.first_scan_done => c.drops as u64,
+                None => 0,
+            };
+            let owner = self.owners.remove(&c.cookie).flatten().unwrap_or(c.owner);
+            self.closed_now.insert(c.cookie);
+            if delta > 0 && self.count_drops {
+                out.push(ListenerDrops { owner, family: c.listener.family, port: c.listener.port, drops: delta });
+            }
+        }
+        out
+    }
+
     /// Resolve the owners of listeners seen for the first time: what the
     /// eBPF side recorded at listen() (`owner_of`), else one /proc scan for
     /// all of them (`owners_by_inode`); then the drops since the last scan.
@@ -66,7 +114,10 @@ impl ListenerTracker {
         owners_by_inode: impl FnOnce(&HashSet<u32>) -> HashMap<u32, Actor>,
     ) -> Vec<ListenerDrops> {
         let mut unknown: HashMap<u32, u64> = HashMap::new();
-        for l in listeners {
+        // Listeners that closed after the sweep read them are settled.
+        let closed_now = std::mem::take(&mut self.closed_now);
+        let listeners: Vec<&Listener> = listeners.iter().filter(|l| !closed_now.contains(&l.cookie)).collect();
+        for l in &listeners {
             if self.owners.contains_key(&l.cookie) {
                 continue;
             }
@@ -88,13 +139,13 @@ impl ListenerTracker {
 
         let mut out = Vec::new();
         let mut alive = HashSet::with_capacity(listeners.len());
-        for l in listeners {
+        for l in &listeners {
             alive.insert(l.cookie);
             let baseline = if self.first_scan_done { 0 } else { l.drops };
             let (_, last) = *self.last.entry(l.cookie).or_insert((l.netns, baseline));
             let delta = since(last as u64, l.drops as u64);
             self.last.insert(l.cookie, (l.netns, l.drops));
-            if delta > 0 {
+            if delta > 0 && self.count_drops {
                 let owner = self.owner(l.cookie).unwrap_or_default();
                 out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
             }
@@ -171,7 +222,7 @@ mod tests {
 
     #[test]
     fn drops_before_start_are_a_baseline() {
-        let mut t = ListenerTracker::default();
+        let mut t = ListenerTracker::new(true);
         assert!(
             t.update(Instant::now(), &[listener(1, 5)], &swept(), |_| Some(owner(7)), |_| HashMap::new()).is_empty()
         );
@@ -181,7 +232,7 @@ mod tests {
 
     #[test]
     fn listener_created_after_start_counts_all_its_drops() {
-        let mut t = ListenerTracker::default();
+        let mut t = ListenerTracker::new(true);
         t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         let d = t.update(Instant::now(), &[listener(2, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new());
         assert_eq!(d[0].drops, 4);
@@ -190,7 +241,7 @@ mod tests {
 
     #[test]
     fn unknown_owner_is_tgid_zero_and_closed_listeners_are_forgotten() {
-        let mut t = ListenerTracker::default();
+        let mut t = ListenerTracker::new(true);
         t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         let d = t.update(Instant::now(), &[listener(3, 1)], &swept(), |_| None, |_| HashMap::new());
         assert_eq!(d[0].owner.tgid, 0);
@@ -202,7 +253,7 @@ mod tests {
     /// was unmounted) and back in the next: its drops are not counted again.
     #[test]
     fn a_namespace_missing_from_a_sweep_does_not_count_its_drops_twice() {
-        let mut t = ListenerTracker::default();
+        let mut t = ListenerTracker::new(true);
         let start = Instant::now();
         t.update(start, &[], &swept(), |_| None, |_| HashMap::new());
         assert_eq!(t.update(start, &[listener(5, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new())[0].drops, 4);
@@ -217,9 +268,55 @@ mod tests {
         assert!(t.last.is_empty() && t.missing.is_empty());
     }
 
+    fn closing(cookie: u64, drops: u32, owner_tgid: u32) -> ClosedListener {
+        ClosedListener {
+            cookie,
+            listener: ListenerKey { netns: 1, port: 8080, family: 2 },
+            drops,
+            _pad: 0,
+            owner: owner(owner_tgid),
+        }
+    }
+
+    /// A listener that overflows and closes between two sweeps: its last
+    /// drops count once, to its owner, and the sweep that read it just
+    /// before it closed does not count them again.
+    #[test]
+    fn a_closed_listener_counts_its_drops_since_the_last_sweep_once() {
+        let mut t = ListenerTracker::new(true);
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
+        assert_eq!(
+            t.update(Instant::now(), &[listener(6, 2)], &swept(), |_| Some(owner(9)), |_| HashMap::new())[0].drops,
+            2
+        );
+        // 5 more, then it closes; this round's sweep read it at 4.
+        let d = t.closed(&[closing(6, 7, 9)]);
+        assert_eq!(d, vec![ListenerDrops { owner: owner(9), family: 2, port: 8080, drops: 5 }]);
+        assert!(
+            t.update(Instant::now(), &[listener(6, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new()).is_empty()
+        );
+        assert!(t.last.is_empty() && t.owners.is_empty());
+        // One the sweep never read: all its drops, to the owner the
+        // programs recorded; one without a cookie too.
+        assert_eq!(t.closed(&[closing(8, 3, 11)])[0].drops, 3);
+        assert_eq!(t.closed(&[closing(0, 4, 12)])[0].owner.tgid, 12);
+    }
+
+    /// With an overflow hook the programs count: the counters are not.
+    #[test]
+    fn with_an_overflow_hook_drop_counters_are_not_counts() {
+        let mut t = ListenerTracker::new(false);
+        t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
+        assert!(
+            t.update(Instant::now(), &[listener(6, 2)], &swept(), |_| Some(owner(9)), |_| HashMap::new()).is_empty()
+        );
+        assert!(t.closed(&[closing(6, 7, 9)]).is_empty());
+        assert_eq!(t.owner(6), None, "a closed listener is forgotten");
+    }
+
     #[test]
     fn owner_found_by_inode_is_looked_up_once_and_cached() {
-        let mut t = ListenerTracker::default();
+        let mut t = ListenerTracker::new(true);
         t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         let lookups = std::cell::Cell::new(0);
         let by_inode = |inodes: &HashSet<u32>| {

@@ -14,11 +14,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue};
 pub use buffers::Buffers;
 pub use listeners::{ListenerDrops, ListenerTracker};
 pub use lru::{LruMaps, MapFill};
-use observer_common::{Actor, ConnectErrorKey, ListenerKey, ProcCounters, ProcKey, capacity, lost, names::maps};
+use observer_common::{
+    Actor, ClosedListener, ConnectErrorKey, ListenOverflowKey, ListenerKey, ProcCounters, ProcKey, capacity, lost,
+    names::maps,
+};
 
 use crate::{
     attribution::{
@@ -38,6 +41,8 @@ pub struct KernelMaps {
     pub lru: LruMaps,
     /// TIME_WAIT entries per network namespace, cumulative.
     pub time_wait_by_netns: PerCpuHashMap<MapData, u32, u64>,
+    /// Listeners that closed, with their last drop count (sweep's mode).
+    pub closed_listeners: Queue<MapData, ClosedListener>,
 }
 
 /// What changed since the previous collection.
@@ -102,7 +107,9 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 }
 
 impl Collector {
-    pub fn new(maps: KernelMaps, proc_root: PathBuf, attributor: Attributor) -> Self {
+    /// `overflows_from_sweep`: no overflow hook attached, the listeners'
+    /// drop counters are the counts (`ListenerTracker`).
+    pub fn new(maps: KernelMaps, proc_root: PathBuf, attributor: Attributor, overflows_from_sweep: bool) -> Self {
         Self {
             maps,
             known: HashSet::new(),
@@ -110,7 +117,7 @@ impl Collector {
             started: HashMap::new(),
             unknown_owners: HashMap::new(),
             noticed: HashSet::new(),
-            listeners: ListenerTracker::default(),
+            listeners: ListenerTracker::new(overflows_from_sweep),
             proc_root,
             resolver: Resolver::spawn(attributor),
             namespace_pods: HashMap::new(),
@@ -217,6 +224,12 @@ impl Collector {
             capacity: capacity::CONNECT_ERRORS as u64,
             evictions: None,
         });
+        deltas.map_fill.push(MapFill {
+            map: maps::LISTEN_OVERFLOWS,
+            entries: interval.listen_overflows.len() as u64,
+            capacity: capacity::LISTEN_OVERFLOWS as u64,
+            evictions: None,
+        });
 
         // A process's exit notice can be missed (EXITED full) or early (its
         // leader thread ended, the process runs on): /proc decides, for the
@@ -264,14 +277,20 @@ impl Collector {
         }
         deltas.retired = expired.into_iter().map(|tgid| (tgid, 0)).collect();
 
+        // Overflows: as the programs counted them, or from the drop
+        // counters, of listeners that closed and of those the sweep read.
+        deltas.listen_drops = self.listen_overflows(&interval.listen_overflows, &listeners);
+        let closed = self.take_closed_listeners();
+        deltas.listen_drops.extend(self.listeners.closed(&closed));
         let proc_root = &self.proc_root;
-        deltas.listen_drops = self.listeners.update(
+        let swept_drops = self.listeners.update(
             now,
             &listeners,
             &swept,
             |key| self.maps.listeners.get(key, 0).ok(),
             |inodes| owners::owners_of_sockets(proc_root, inodes),
         );
+        deltas.listen_drops.extend(swept_drops);
         deltas.listener_owners =
             listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
         for drop in &deltas.listen_drops {
@@ -339,6 +358,39 @@ impl Collector {
         }
         self.unseen.update(&kernel, &ours);
         Ok(())
+    }
+
+    /// The programs' overflow counts of one interval, per listener. An
+    /// owner the programs did not know (a listener older than observer) is
+    /// the one the sweep found for that listener, if it still exists.
+    fn listen_overflows(
+        &self,
+        counted: &[(ListenOverflowKey, u64)],
+        listeners: &[sock_diag::Listener],
+    ) -> Vec<ListenerDrops> {
+        counted
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(key, n)| {
+                let l = key.listener;
+                let found = || {
+                    let swept =
+                        listeners.iter().find(|s| s.netns == l.netns && s.port == l.port && s.family == l.family)?;
+                    self.listeners.owner(swept.cookie)
+                };
+                let owner = if key.owner.tgid == 0 { found().unwrap_or(key.owner) } else { key.owner };
+                ListenerDrops { owner, family: l.family, port: l.port, drops: *n }
+            })
+            .collect()
+    }
+
+    /// Every listener the programs saw close since the last round.
+    fn take_closed_listeners(&mut self) -> Vec<ClosedListener> {
+        let mut closed = Vec::new();
+        while let Ok(c) = self.maps.closed_listeners.pop(0) {
+            closed.push(c);
+        }
+        closed
     }
 
     /// `actor` counted in this round: a process to check for its exit, or

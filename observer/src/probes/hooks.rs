@@ -97,6 +97,7 @@ impl SkippedRuns {
 enum Flag {
     ConnectsFromSyscall,
     TimeWaitFromState,
+    ListenDropsFromSweep,
 }
 
 /// What a way needs of this kernel besides its function: Err says why not.
@@ -145,6 +146,17 @@ enum Way {
         exit: &'static str,
         function: &'static str,
     },
+    /// One fentry program per function, (program, function): all attach,
+    /// or none.
+    Fentries {
+        programs: &'static [(&'static str, &'static str)],
+        needs: Option<Precondition>,
+    },
+    /// The same with kprobes.
+    Kprobes {
+        programs: &'static [(&'static str, &'static str)],
+        needs: Option<Precondition>,
+    },
     /// Classic tracepoints: (program, category, event).
     Tracepoints(&'static [(&'static str, &'static str, &'static str)]),
     BtfTracepoint {
@@ -166,10 +178,13 @@ impl Way {
     fn allowed_in(&self, mode: AttachMode) -> bool {
         match mode {
             AttachMode::Auto => true,
-            AttachMode::Fentry => matches!(self, Way::Fentry { .. } | Way::Fexit { .. } | Way::FentryFexit { .. }),
-            AttachMode::Kprobe => {
-                matches!(self, Way::Kprobe { .. } | Way::Kretprobe { .. } | Way::KprobeKretprobe { .. })
+            AttachMode::Fentry => {
+                matches!(self, Way::Fentry { .. } | Way::Fexit { .. } | Way::FentryFexit { .. } | Way::Fentries { .. })
             }
+            AttachMode::Kprobe => matches!(
+                self,
+                Way::Kprobe { .. } | Way::Kretprobe { .. } | Way::KprobeKretprobe { .. } | Way::Kprobes { .. }
+            ),
             AttachMode::Tracepoint => {
                 matches!(self, Way::Tracepoints(_) | Way::BtfTracepoint { .. } | Way::SharedTracepoint { .. })
             }
@@ -179,16 +194,18 @@ impl Way {
     /// Whether this way is for this kernel at all (checked before loading).
     fn runs_here(&self, offsets: &KernelOffsets) -> Result<(), String> {
         match self {
-            Way::Fexit { needs: Some(needs), .. } => needs(offsets),
+            Way::Fexit { needs: Some(needs), .. }
+            | Way::Fentries { needs: Some(needs), .. }
+            | Way::Kprobes { needs: Some(needs), .. } => needs(offsets),
             _ => Ok(()),
         }
     }
 
     fn mode(&self) -> Mode {
         match self {
-            Way::Fentry { .. } | Way::FentryFexit { .. } => Mode::Fentry,
+            Way::Fentry { .. } | Way::FentryFexit { .. } | Way::Fentries { .. } => Mode::Fentry,
             Way::Fexit { .. } => Mode::Fexit,
-            Way::Kprobe { .. } | Way::KprobeKretprobe { .. } => Mode::Kprobe,
+            Way::Kprobe { .. } | Way::KprobeKretprobe { .. } | Way::Kprobes { .. } => Mode::Kprobe,
             Way::Kretprobe { .. } => Mode::Kretprobe,
             Way::Tracepoints(_) => Mode::Tracepoint,
             Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
@@ -207,6 +224,9 @@ impl Way {
             | Way::Kretprobe { prog, .. }
             | Way::BtfTracepoint { prog, .. } => vec![*prog],
             Way::Tracepoints(list) => list.iter().map(|(prog, ..)| *prog).collect(),
+            Way::Fentries { programs, .. } | Way::Kprobes { programs, .. } => {
+                programs.iter().map(|(prog, _)| *prog).collect()
+            }
             Way::SharedTracepoint { .. } => Vec::new(),
         }
     }
@@ -218,6 +238,10 @@ struct BtfTwin {
     prog: &'static str,
     event: &'static str,
 }
+
+/// The hook counting listen-queue overflows (its mode decides where the
+/// collector takes the counts from).
+pub const LISTEN_OVERFLOW: &str = "listen_overflow";
 
 pub struct Hook {
     pub name: &'static str,
@@ -308,7 +332,50 @@ pub static HOOKS: &[Hook] = &[
             },
         ],
     },
+    // Where the kernel counts TcpExtListenOverflows (observer-ebpf's
+    // overflow.rs); the fallback reads the listeners' drop counters.
+    Hook {
+        name: LISTEN_OVERFLOW,
+        ways: &[
+            Way::Fentries { programs: OVERFLOW_FENTRIES, needs: Some(overflow_fields) },
+            Way::Kprobes { programs: OVERFLOW_KPROBES, needs: Some(overflow_fields) },
+            Way::SharedTracepoint {
+                flag: Flag::ListenDropsFromSweep,
+                mode: Mode::SockDiag,
+                via: "the listeners' sk_drops read by the sweep (NETLINK_SOCK_DIAG), and a closing listener's last \
+                      one at inet_sock_set_state LISTEN->CLOSE, in sock_state",
+                twin: None,
+            },
+        ],
+    },
 ];
+
+const OVERFLOW_FENTRIES: &[(&str, &str)] = &[
+    (programs::OVERFLOW_SYN_FENTRY, "tcp_conn_request"),
+    (programs::OVERFLOW_ACK_V4_FENTRY, "tcp_v4_syn_recv_sock"),
+    (programs::OVERFLOW_ACK_V6_FENTRY, "tcp_v6_syn_recv_sock"),
+];
+
+const OVERFLOW_KPROBES: &[(&str, &str)] = &[
+    (programs::OVERFLOW_SYN_KPROBE, "tcp_conn_request"),
+    (programs::OVERFLOW_ACK_V4_KPROBE, "tcp_v4_syn_recv_sock"),
+    (programs::OVERFLOW_ACK_V6_KPROBE, "tcp_v6_syn_recv_sock"),
+];
+
+/// The overflow programs read fields whose offsets are optional in
+/// `KernelOffsets`: they run only where this kernel's BTF has them all.
+fn overflow_fields(o: &KernelOffsets) -> Result<(), String> {
+    let fields = [
+        ("sock.sk_ack_backlog", o.sock_ack_backlog),
+        ("sock.sk_max_ack_backlog", o.sock_max_ack_backlog),
+        ("inet_connection_sock.icsk_accept_queue.qlen", o.icsk_syn_queue_len),
+        ("sk_buff.protocol", o.skb_protocol),
+        ("sk_buff.cb / tcp_skb_cb.tcp_tw_isn", o.skb_tcp_tw_isn),
+        ("net.ipv4.sysctl_tcp_syncookies", o.net_tcp_syncookies),
+    ];
+    let missing: Vec<&str> = fields.iter().filter(|(_, offset)| *offset == 0).map(|(name, _)| *name).collect();
+    if missing.is_empty() { Ok(()) } else { Err(format!("this kernel's BTF lacks {}", missing.join(", "))) }
+}
 
 /// Hooks that run in every mode: they are the fallbacks' shared programs
 /// and the only source of some signals (state changes, process exits).
@@ -341,6 +408,7 @@ pub(super) fn attach_all(
         match flag {
             Some(Flag::ConnectsFromSyscall) => config.connects_from_syscall = 1,
             Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
+            Some(Flag::ListenDropsFromSweep) => config.listen_drops_from_sweep = 1,
             None => {}
         }
         // Before the next hooks and the shared programs attach, so no
@@ -480,6 +548,28 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             p.attach(function, 0).map_err(err)?;
             Ok(function.to_string())
         }
+        Way::Fentries { programs, .. } => attach_each(
+            ebpf,
+            programs,
+            |p: &mut FEntry, function| {
+                p.load(function, btf).map_err(err)?;
+                p.attach().map(|_| ()).map_err(err)
+            },
+            |p| {
+                let _ = p.unload();
+            },
+        ),
+        Way::Kprobes { programs, .. } => attach_each(
+            ebpf,
+            programs,
+            |p: &mut KProbe, function| {
+                p.load().map_err(err)?;
+                p.attach(function, 0).map(|_| ()).map_err(err)
+            },
+            |p| {
+                let _ = p.unload();
+            },
+        ),
         Way::Tracepoints(list) => {
             for &(prog, category, event) in list {
                 let p: &mut TracePoint = program(ebpf, prog)?;
@@ -505,6 +595,28 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             Ok(via.to_string())
         }
     }
+}
+
+/// Attach each (program, function) of `programs` with `attach`; if one
+/// fails, `unload` those attached before it (a hook counts one way only).
+fn attach_each<T>(
+    ebpf: &mut Ebpf,
+    programs: &[(&'static str, &'static str)],
+    attach: impl Fn(&mut T, &str) -> Result<(), String>,
+    unload: impl Fn(&mut T),
+) -> Result<String, String>
+where
+    for<'a> &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    for (i, &(prog, function)) in programs.iter().enumerate() {
+        if let Err(e) = program::<T>(ebpf, prog).and_then(|p| attach(p, function)) {
+            for &(attached, _) in &programs[..i] {
+                let _ = program::<T>(ebpf, attached).map(&unload);
+            }
+            return Err(format!("{prog} on {function}: {e}"));
+        }
+    }
+    Ok(programs.iter().map(|(_, function)| *function).collect::<Vec<_>>().join(","))
 }
 
 #[cfg(test)]

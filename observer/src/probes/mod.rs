@@ -10,7 +10,7 @@ use std::{fmt, path::Path};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap, Queue},
 };
 pub use hooks::{Attachment, HOOKS, Hook, SkippedRuns};
 use observer_common::{Config, capacity, names::maps};
@@ -150,7 +150,12 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
                 take::<AyaHashMap<_, _, _>>(ebpf, maps::KEYS_CREATED_BUFFERS[0])?,
                 take::<AyaHashMap<_, _, _>>(ebpf, maps::KEYS_CREATED_BUFFERS[1])?,
             ],
+            listen_overflows: [
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::LISTEN_OVERFLOWS_BUFFERS[0])?,
+                take::<PerCpuHashMap<_, _, _>>(ebpf, maps::LISTEN_OVERFLOWS_BUFFERS[1])?,
+            ],
         },
+        closed_listeners: take::<Queue<_, _>>(ebpf, maps::CLOSED_LISTENERS)?,
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,
         lost: take::<PerCpuArray<_, _>>(ebpf, maps::LOST)?,

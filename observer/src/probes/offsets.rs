@@ -52,6 +52,20 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         // Optional: without it (no such function in BTF) the fexit program
         // reads nothing, and the hook falls back to kretprobe in auto mode.
         inet_csk_accept_params: r.parameters("inet_csk_accept").unwrap_or(0),
+        // Optional, for the overflow programs (observer-ebpf's overflow.rs):
+        // without them the overflow hook runs here in the sweep's mode
+        // (`hooks::overflow_fields`).
+        sock_ack_backlog: r.offset("sock", "sk_ack_backlog").unwrap_or(0),
+        sock_max_ack_backlog: r.offset("sock", "sk_max_ack_backlog").unwrap_or(0),
+        sock_drops: r.offset("sock", "sk_drops").unwrap_or(0),
+        skc_cookie: r.offset("sock", "__sk_common.skc_cookie").unwrap_or(0),
+        icsk_syn_queue_len: r.offset("inet_connection_sock", "icsk_accept_queue.qlen").unwrap_or(0),
+        skb_protocol: r.offset("sk_buff", "protocol").unwrap_or(0),
+        skb_tcp_tw_isn: r
+            .offset("sk_buff", "cb")
+            .and_then(|cb| Ok(cb + r.offset("tcp_skb_cb", "tcp_tw_isn")?))
+            .unwrap_or(0),
+        net_tcp_syncookies: r.offset("net", "ipv4.sysctl_tcp_syncookies").unwrap_or(0),
     };
     if offsets.sock_cgroup == 0 || offsets.cgroup_kn == 0 {
         tracing::info!(
@@ -174,6 +188,19 @@ mod tests {
         // The socket's cgroup: deep inside sock, after sock_common.
         assert!(off.sock_cgroup > off.skc_v6_daddr, "{off:?}");
         assert!(off.cgroup_kn > 0, "{off:?}");
+        // What the overflow programs read: all inside their structs.
+        for (name, field) in [
+            ("sk_ack_backlog", off.sock_ack_backlog),
+            ("sk_max_ack_backlog", off.sock_max_ack_backlog),
+            ("sk_drops", off.sock_drops),
+            ("icsk_accept_queue.qlen", off.icsk_syn_queue_len),
+            ("net.ipv4.sysctl_tcp_syncookies", off.net_tcp_syncookies),
+        ] {
+            assert!(field > off.skc_v6_daddr, "{name}: {off:?}");
+        }
+        assert!(off.skc_cookie > off.skc_family && off.skc_cookie < off.sock_drops, "{off:?}");
+        // Neither is the first field of sk_buff (a list head is).
+        assert!(off.skb_tcp_tw_isn > 0 && off.skb_protocol > 0, "{off:?}");
     }
 
     #[test]

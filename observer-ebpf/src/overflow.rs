@@ -1,0 +1,138 @@
+//! Listen-queue overflows, counted where the kernel counts them
+//! (LINUX_MIB_LISTENOVERFLOWS, what nstat calls TcpExtListenOverflows),
+//! so a listener that overflows and dies before the next sweep is not
+//! missed. The kernel bumps that counter, in Linux 5.10 to 6.18 alike:
+//! - in `tcp_conn_request` (a SYN): after the SYN-queue test
+//!   `if ((syncookies == 2 || inet_csk_reqsk_queue_is_full(sk)) && !isn)`,
+//!   which drops the SYN uncounted unless syncookies allow a cookie, comes
+//!   `if (sk_acceptq_is_full(sk)) { NET_INC_STATS(..LISTENOVERFLOWS); drop }`;
+//! - in `tcp_v4_syn_recv_sock` / `tcp_v6_syn_recv_sock` (the handshake's
+//!   last ACK, or a SYN cookie's): their first test is
+//!   `if (sk_acceptq_is_full(sk)) goto exit_overflow;` (the v6 one hands a
+//!   v4-mapped connection to the v4 one before, which counts it);
+//! - in `tcp_get_syncookie_mss`, which serves only BPF programs making SYN
+//!   cookies themselves (bpf_tcp_gen_syncookie): not hooked.
+//!
+//! Each program makes the kernel's test at the function's entry, on the
+//! same fields, a few instructions before the kernel does. Only an accept()
+//! or a handshake on another CPU landing in between could make the two
+//! disagree.
+use aya_ebpf::{
+    macros::{fentry, kprobe},
+    programs::{FEntryContext, ProbeContext},
+};
+use observer_common::{ListenOverflowKey, ListenerKey, lost};
+
+use crate::{
+    counters::{bump_listen_overflow, count_lost},
+    kernel::{read_at, sock_family, sock_local_port, sock_netns, sock_owner},
+    maps::offsets,
+};
+
+/// ETH_P_IP as `sk_buff.protocol` holds it (network order, read as u16
+/// on a little-endian CPU).
+const ETH_P_IP_BE: u16 = 0x0008;
+
+/// int tcp_conn_request(struct request_sock_ops *rsk_ops,
+/// const struct tcp_request_sock_ops *af_ops, struct sock *sk, struct sk_buff *skb)
+#[fentry(function = "tcp_conn_request")]
+pub fn overflow_syn_fentry(ctx: FEntryContext) -> u32 {
+    on_syn(ctx.arg(2), ctx.arg(3));
+    0
+}
+
+/// struct sock *tcp_v4_syn_recv_sock(const struct sock *sk, struct sk_buff *skb, ...)
+#[fentry(function = "tcp_v4_syn_recv_sock")]
+pub fn overflow_ack_v4_fentry(ctx: FEntryContext) -> u32 {
+    on_last_ack(ctx.arg(0));
+    0
+}
+
+/// struct sock *tcp_v6_syn_recv_sock(const struct sock *sk, struct sk_buff *skb, ...)
+#[fentry(function = "tcp_v6_syn_recv_sock")]
+pub fn overflow_ack_v6_fentry(ctx: FEntryContext) -> u32 {
+    on_last_ack_v6(ctx.arg(0), ctx.arg(1));
+    0
+}
+
+/// The same three as kprobes, for kernels without trampolines.
+#[kprobe]
+pub fn overflow_syn_kprobe(ctx: ProbeContext) -> u32 {
+    if let (Some(sk), Some(skb)) = (ctx.arg::<u64>(2), ctx.arg::<u64>(3)) {
+        on_syn(sk, skb);
+    }
+    0
+}
+
+#[kprobe]
+pub fn overflow_ack_v4_kprobe(ctx: ProbeContext) -> u32 {
+    if let Some(sk) = ctx.arg::<u64>(0) {
+        on_last_ack(sk);
+    }
+    0
+}
+
+#[kprobe]
+pub fn overflow_ack_v6_kprobe(ctx: ProbeContext) -> u32 {
+    if let (Some(sk), Some(skb)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
+        on_last_ack_v6(sk, skb);
+    }
+    0
+}
+
+/// `sk_acceptq_is_full`: more connections queued than the backlog.
+#[inline(always)]
+fn accept_queue_full(sk: u64) -> bool {
+    let off = offsets();
+    let queued: u32 = unsafe { read_at(sk, off.sock_ack_backlog) }.unwrap_or(0);
+    let backlog: u32 = unsafe { read_at(sk, off.sock_max_ack_backlog) }.unwrap_or(u32::MAX);
+    queued > backlog
+}
+
+#[inline(always)]
+fn on_syn(sk: u64, skb: u64) {
+    if !accept_queue_full(sk) {
+        return;
+    }
+    let off = offsets();
+    // The SYN-queue test comes first: a SYN it drops (syncookies off) is
+    // not an overflow. A SYN that matched a TIME_WAIT socket skips it.
+    let isn: u32 = unsafe { read_at(skb, off.skb_tcp_tw_isn) }.unwrap_or(0);
+    if isn == 0 {
+        let net: u64 = unsafe { read_at(sk, off.skc_net) }.unwrap_or(0);
+        let syncookies: u8 = if net == 0 { 1 } else { unsafe { read_at(net, off.net_tcp_syncookies) }.unwrap_or(1) };
+        let syn_queue: u32 = unsafe { read_at(sk, off.icsk_syn_queue_len) }.unwrap_or(0);
+        let backlog: u32 = unsafe { read_at(sk, off.sock_max_ack_backlog) }.unwrap_or(u32::MAX);
+        if syncookies == 0 && syn_queue > backlog {
+            return;
+        }
+    }
+    count_overflow(sk);
+}
+
+#[inline(always)]
+fn on_last_ack(sk: u64) {
+    if accept_queue_full(sk) {
+        count_overflow(sk);
+    }
+}
+
+#[inline(always)]
+fn on_last_ack_v6(sk: u64, skb: u64) {
+    let protocol: u16 = unsafe { read_at(skb, offsets().skb_protocol) }.unwrap_or(0);
+    if protocol != ETH_P_IP_BE {
+        on_last_ack(sk);
+    }
+}
+
+/// Charge one overflow to the listener and its owner (recorded at
+/// listen(); tgid 0 in the socket's cgroup for a listener older than
+/// observer, whose owner userspace finds).
+#[inline(always)]
+fn count_overflow(sk: u64) {
+    let owner = sock_owner(sk);
+    let listener = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
+    if !bump_listen_overflow(&ListenOverflowKey { owner, listener }) {
+        count_lost(lost::LISTEN_OVERFLOWS_FULL);
+    }
+}

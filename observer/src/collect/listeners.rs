@@ -93,7 +93,9 @@ impl ListenerTracker {
                 None => 0,
             };
             let owner = self.owners.remove(&c.cookie).flatten().unwrap_or(c.owner);
-            self.closed_now.insert(c.cookie);
+            if c.cookie != 0 {
+                self.closed_now.insert(c.cookie);
+            }
             if delta > 0 && self.count_drops {
                 out.push(ListenerDrops { owner, family: c.listener.family, port: c.listener.port, drops: delta });
             }

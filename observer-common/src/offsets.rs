@@ -58,10 +58,6 @@ pub struct KernelOffsets {
     /// `kernfs_node.id` (u64): the cgroup id, as bpf_get_current_cgroup_id
     /// returns it
     pub kernfs_node_id: u32,
-    /// The parameters of `inet_csk_accept` (4 before Linux 6.10, 2 since):
-    /// userspace loads the fexit program that reads the return value after
-    /// that many arguments (accept.rs). Not read by the programs.
-    pub inet_csk_accept_params: u32,
     /// `sock.sk_ack_backlog` (u32): connections in the accept queue
     pub sock_ack_backlog: u32,
     /// `sock.sk_max_ack_backlog` (u32): the listen() backlog, capped
@@ -83,4 +79,4 @@ pub struct KernelOffsets {
     pub net_tcp_syncookies: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 124);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 120);

@@ -35,7 +35,6 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     sock_cgroup: 0,
     cgroup_kn: 0,
     kernfs_node_id: 0,
-    inet_csk_accept_params: 0,
     sock_ack_backlog: 0,
     sock_max_ack_backlog: 0,
     sock_drops: 0,

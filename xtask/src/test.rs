@@ -12,7 +12,7 @@ use crate::{build, image, run_cmd, setup, vm, workspace_root};
 #[derive(Args)]
 pub struct Options {
     /// Skip the kernel matrix (the kernel tests inside VMs of stock Debian
-    /// kernels 5.10, 6.1 and 6.12 in the fentry and kprobe modes, ~15 minutes
+    /// kernels 5.10, 6.1 and 6.12 in the auto and kprobe modes, ~15 minutes
     /// under software emulation): a quick run on this kernel only.
     #[arg(long, conflicts_with = "vm_only")]
     pub host_only: bool,

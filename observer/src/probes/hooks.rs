@@ -11,9 +11,9 @@ use aya::{
     Btf, Ebpf,
     programs::{BtfTracePoint, FEntry, FExit, KProbe, TracePoint},
 };
-use observer_common::{Config, KernelOffsets, names::programs};
+use observer_common::{Config, names::programs};
 
-use super::{AttachMode, write_config};
+use super::{AttachMode, offsets::KernelFacts, write_config};
 use crate::error::{Error, report};
 
 /// How a hook ended up attached.
@@ -101,7 +101,7 @@ enum Flag {
 }
 
 /// What a way needs of this kernel besides its function: Err says why not.
-type Precondition = fn(&KernelOffsets) -> Result<(), String>;
+type Precondition = fn(&KernelFacts) -> Result<(), String>;
 
 /// One way to attach a hook.
 #[derive(Debug)]
@@ -192,11 +192,11 @@ impl Way {
     }
 
     /// Whether this way is for this kernel at all (checked before loading).
-    fn runs_here(&self, offsets: &KernelOffsets) -> Result<(), String> {
+    fn runs_here(&self, kernel: &KernelFacts) -> Result<(), String> {
         match self {
             Way::Fexit { needs: Some(needs), .. }
             | Way::Fentries { needs: Some(needs), .. }
-            | Way::Kprobes { needs: Some(needs), .. } => needs(offsets),
+            | Way::Kprobes { needs: Some(needs), .. } => needs(kernel),
             _ => Ok(()),
         }
     }
@@ -337,7 +337,10 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: LISTEN_OVERFLOW,
         ways: &[
-            Way::Fentries { programs: OVERFLOW_FENTRIES, needs: Some(overflow_fields) },
+            Way::Fentries {
+                programs: OVERFLOW_FENTRIES,
+                needs: Some(|k| overflow_fields(k).and(trampolines_take_syn_recv_sock(k))),
+            },
             Way::Kprobes { programs: OVERFLOW_KPROBES, needs: Some(overflow_fields) },
             Way::SharedTracepoint {
                 flag: Flag::ListenDropsFromSweep,
@@ -364,7 +367,8 @@ const OVERFLOW_KPROBES: &[(&str, &str)] = &[
 
 /// The overflow programs read fields whose offsets are optional in
 /// `KernelOffsets`: they run only where this kernel's BTF has them all.
-fn overflow_fields(o: &KernelOffsets) -> Result<(), String> {
+fn overflow_fields(kernel: &KernelFacts) -> Result<(), String> {
+    let o = &kernel.offsets;
     let fields = [
         ("sock.sk_ack_backlog", o.sock_ack_backlog),
         ("sock.sk_max_ack_backlog", o.sock_max_ack_backlog),
@@ -375,6 +379,20 @@ fn overflow_fields(o: &KernelOffsets) -> Result<(), String> {
     ];
     let missing: Vec<&str> = fields.iter().filter(|(_, offset)| *offset == 0).map(|(name, _)| *name).collect();
     if missing.is_empty() { Ok(()) } else { Err(format!("this kernel's BTF lacks {}", missing.join(", "))) }
+}
+
+/// x86-64 trampolines take functions of more than 6 parameters from Linux
+/// 6.6; stable kernels before it (Debian's 6.1) got a 7th parameter in
+/// `tcp_v4/v6_syn_recv_sock` by a backport, which their trampolines refuse
+/// (ENOTSUPP). Kprobes count it there (`auto` picks them).
+fn trampolines_take_syn_recv_sock(kernel: &KernelFacts) -> Result<(), String> {
+    match kernel.syn_recv_sock_params {
+        n if n > 6 && kernel.version < (6, 6) => Err(format!(
+            "tcp_v4_syn_recv_sock takes {n} parameters on this kernel, and BPF trampolines take more than 6 only \
+             from Linux 6.6 (kprobes count it here: --attach-mode auto or kprobe)"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Hooks that run in every mode: they are the fallbacks' shared programs
@@ -393,13 +411,13 @@ static ALWAYS: &[Hook] = &[
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     btf: &Btf,
-    offsets: &KernelOffsets,
+    kernel: &KernelFacts,
     mode: AttachMode,
 ) -> Result<Vec<Attachment>, Error> {
     let mut attached = Vec::new();
     let mut config = Config::default();
     for hook in HOOKS {
-        let (way, target) = attach_hook(ebpf, btf, offsets, hook, mode)?;
+        let (way, target) = attach_hook(ebpf, btf, kernel, hook, mode)?;
         let flag = match way {
             Way::SharedTracepoint { flag, .. } => Some(flag),
             Way::Kprobe { flag, .. } => flag.as_ref(),
@@ -417,7 +435,7 @@ pub(super) fn attach_all(
         attached.push(Attachment::of(hook, way, target));
     }
     for hook in ALWAYS {
-        let (way, target) = attach_hook(ebpf, btf, offsets, hook, AttachMode::Auto)?;
+        let (way, target) = attach_hook(ebpf, btf, kernel, hook, AttachMode::Auto)?;
         attached.push(Attachment::of(hook, way, target));
     }
     Ok(attached)
@@ -428,7 +446,7 @@ pub(super) fn attach_all(
 fn attach_hook(
     ebpf: &mut Ebpf,
     btf: &Btf,
-    offsets: &KernelOffsets,
+    kernel: &KernelFacts,
     hook: &'static Hook,
     mode: AttachMode,
 ) -> Result<(&'static Way, String), Error> {
@@ -437,7 +455,7 @@ fn attach_hook(
     // function) are passed over without a word, unless none attaches.
     let mut not_here = Vec::new();
     for way in hook.ways.iter().filter(|w| w.allowed_in(mode)) {
-        if let Err(why) = way.runs_here(offsets) {
+        if let Err(why) = way.runs_here(kernel) {
             not_here.push(format!("{}: {why}", way.mode()));
             continue;
         }
@@ -476,8 +494,8 @@ where
 /// An inet_csk_accept fexit program reads the return value after `params`
 /// arguments (observer-ebpf's accept.rs): it runs only where the kernel's
 /// prototype has that many.
-fn accept_prototype(offsets: &KernelOffsets, params: u32) -> Result<(), String> {
-    match offsets.inet_csk_accept_params {
+fn accept_prototype(kernel: &KernelFacts, params: u32) -> Result<(), String> {
+    match kernel.inet_csk_accept_params {
         n if n == params => Ok(()),
         0 => Err("this kernel's BTF has no inet_csk_accept prototype".into()),
         n if n == 2 || n == 4 => Err(format!("this kernel's inet_csk_accept takes {n} parameters, not {params}")),

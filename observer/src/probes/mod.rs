@@ -78,19 +78,19 @@ impl Probes {
         privileges::ensure_tracefs()?;
         raise_memlock_rlimit();
         let kernel_btf = offsets::load_btf(btf_path)?;
-        let kernel_offsets = offsets::resolve(&kernel_btf)?;
+        let kernel = stats::kernel_version();
+        let facts = offsets::KernelFacts::read(&kernel_btf, kernel)?;
         let time_wait_counted_at_entry = offsets::time_wait_counted_at_entry(&kernel_btf);
         let btf = Btf::parse_file(btf_path, aya::Endianness::default())
             .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
-            .override_global(maps::OFFSETS, &kernel_offsets, true)
+            .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(e.into()))?;
 
-        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &kernel_offsets, mode)?;
-        let kernel = stats::kernel_version();
+        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &facts, mode)?;
         let programs = attachments
             .iter()
             .flat_map(|a| a.programs.iter().map(move |p| (a.hook, a.mode, *p)))

@@ -49,9 +49,6 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         sock_cgroup: r.offset("sock", "sk_cgrp_data.cgroup").unwrap_or(0),
         cgroup_kn: r.offset("cgroup", "kn").unwrap_or(0),
         kernfs_node_id: r.offset("kernfs_node", "id").unwrap_or(0),
-        // Optional: without it (no such function in BTF) the fexit program
-        // reads nothing, and the hook falls back to kretprobe in auto mode.
-        inet_csk_accept_params: r.parameters("inet_csk_accept").unwrap_or(0),
         // Optional, for the overflow programs (observer-ebpf's overflow.rs):
         // without them the overflow hook runs here in the sweep's mode
         // (`hooks::overflow_fields`).
@@ -74,6 +71,35 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         return Ok(KernelOffsets { sock_cgroup: 0, ..offsets });
     }
     Ok(offsets)
+}
+
+/// What the loader needs to know of this kernel besides the offsets the
+/// programs read: which ways of attaching a hook can work here.
+#[derive(Clone, Debug)]
+pub struct KernelFacts {
+    pub offsets: KernelOffsets,
+    /// Major and minor version, for what BTF does not show (trampolines
+    /// for functions of more than 6 parameters: Linux 6.6).
+    pub version: (u32, u32),
+    /// The parameters of `inet_csk_accept` (4 before Linux 6.10, 2 since;
+    /// 0: not in BTF): the fexit program that reads the return value after
+    /// that many arguments is the one loaded (observer-ebpf's accept.rs).
+    pub inet_csk_accept_params: u32,
+    /// The parameters of `tcp_v4_syn_recv_sock` (6; 7 where a stable
+    /// backport added one, as Debian's 6.1 and 6.12 have; 0: not in BTF).
+    pub syn_recv_sock_params: u32,
+}
+
+impl KernelFacts {
+    pub fn read(btf: &Btf, version: (u32, u32)) -> Result<Self, Error> {
+        let r = Resolver { btf };
+        Ok(Self {
+            offsets: resolve(btf)?,
+            version,
+            inet_csk_accept_params: r.parameters("inet_csk_accept").unwrap_or(0),
+            syn_recv_sock_params: r.parameters("tcp_v4_syn_recv_sock").unwrap_or(0),
+        })
+    }
 }
 
 /// Whether this kernel counts a TIME_WAIT socket in TcpExtTW/TWKilled when

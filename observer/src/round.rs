@@ -58,9 +58,14 @@ impl Rounds {
         let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
         let overflows_from_sweep =
             attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag);
+        let mut sweeper = Sweeper::new(&config.proc_root, config.max_namespaces, config.interval);
+        // Overflows counted by programs are checked against each
+        // namespace's own count (the drop counters of the sweep's mode are
+        // the kernel's, not a count to check).
+        sweeper.check_overflows = !overflows_from_sweep;
         Self {
             collector: Collector::new(maps, config.proc_root.clone(), attributor, overflows_from_sweep),
-            sweeper: Sweeper::new(&config.proc_root, config.max_namespaces, config.interval),
+            sweeper,
             series: SeriesStore::new(config.limits),
             trend: PortTrend::default(),
             proc_root: config.proc_root.clone(),
@@ -160,7 +165,14 @@ impl Rounds {
                 (maps::LISTEN_OVERFLOWS, deltas.lost[lost::LISTEN_OVERFLOWS_FULL as usize]),
                 (maps::CLOSED_LISTENERS, deltas.lost[lost::CLOSED_LISTENERS_FULL as usize]),
             ],
-            unseen: if self.time_wait_check { vec![("time_wait_entry", deltas.unseen_time_wait)] } else { Vec::new() },
+            unseen: [
+                ("time_wait_entry", deltas.unseen_time_wait, self.time_wait_check),
+                ("listen_overflow", deltas.unseen_overflows, self.sweeper.check_overflows),
+            ]
+            .into_iter()
+            .filter(|(_, _, checked)| *checked)
+            .map(|(event, n, _)| (event, n))
+            .collect(),
             // Cumulative in the kernel: read as is, no delta needed.
             missed: self
                 .programs

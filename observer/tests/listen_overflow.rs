@@ -304,3 +304,50 @@ fn syns_a_full_syn_queue_drops_are_no_overflows() {
         "ListenOverflows {overflows}, ReqQFullDrop {syn_queue_full}, the listener's drop counter {drops}"
     );
 }
+
+/// observer_kernel_unseen_events_total{event="listen_overflow"}.
+fn unseen_overflows(body: &str) -> Option<u64> {
+    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["event=\"listen_overflow\""])
+}
+
+/// Where programs count overflows, each namespace's own count checks
+/// them: overflows none of them ran for become a number. Such a miss
+/// cannot be made on purpose, so it is injected where the check reads the
+/// programs' count (2 hidden); the kernel's count must show them, and the
+/// overflows themselves stay whole. In the sweep's mode there is nothing
+/// to check: no series (never a zero that claims a check).
+#[test]
+fn overflows_the_programs_missed_are_counted_as_unseen() {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = Netns::new();
+    let server = ns.serve(&["--listen", "127.0.0.1:7904", "--backlog", "1", "--never-accept"]);
+    let inode = std::fs::metadata(ns.path()).unwrap().ino().to_string();
+    let failpoint = format!("listen-overflow-unseen=return({inode})");
+    let daemon = common::daemon::start_daemon_with_env(&[], &[("FAILPOINTS", failpoint.as_str())]);
+    let attached = |mode: &str| {
+        let body =
+            common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| b.contains("observer_probe_attached"));
+        observer_testing::http::sample(&body, "observer_probe_attached", &["hook=\"listen_overflow\"", mode]).is_some()
+    };
+    if attached("mode=\"sock_diag\"") {
+        let body = common::daemon::scrape_until(&daemon, Duration::from_secs(5), |_| false);
+        assert_eq!(unseen_overflows(&body), None, "no check, no series:\n{body}");
+        return;
+    }
+    // The first check (the first round) takes each namespace's start.
+    common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| unseen_overflows(b).is_some());
+    let before = ns.nstat("TcpExtListenOverflows");
+    ns.client(&["--to", "127.0.0.1:7904", "--count", "8", "--nonblocking", "200ms"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let overflows = ns.nstat("TcpExtListenOverflows") - before;
+    assert!(overflows >= 2, "the scenario must overflow the accept queue: {overflows}");
+    let counted = |b: &str| {
+        observer_testing::http::sample_sum(b, "observer_tcp_listen_overflows_total", &["server_port=\"7904\""])
+    };
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(60), |b| {
+        unseen_overflows(b) == Some(2) && counted(b) == overflows
+    });
+    assert_eq!(unseen_overflows(&body), Some(2), "{}", daemon.log());
+    assert_eq!(counted(&body), overflows, "TcpExtListenOverflows says {overflows}");
+    drop(server);
+}

@@ -71,6 +71,8 @@ pub struct Deltas {
     /// TIME_WAIT entries the kernel counted and observer's programs never
     /// saw, cumulative (`unseen.rs`).
     pub unseen_time_wait: u64,
+    /// Listen overflows likewise, where programs count them.
+    pub unseen_overflows: u64,
 }
 
 pub struct Collector {
@@ -95,6 +97,11 @@ pub struct Collector {
     /// namespace never changes pods.
     namespace_pods: HashMap<u32, Option<Arc<PodLabels>>>,
     unseen: unseen::Unseen,
+    /// The programs' listen overflows per namespace, cumulative, and what
+    /// they left unseen (the same check as TIME_WAIT's), where programs
+    /// count them.
+    overflows_by_netns: HashMap<u32, u64>,
+    unseen_overflows: unseen::Unseen,
     held: holdback::Held,
     /// Hold back counts whose pod labels are pending (off for the last
     /// round before exit, when nothing may stay behind).
@@ -122,6 +129,8 @@ impl Collector {
             resolver: Resolver::spawn(attributor),
             namespace_pods: HashMap::new(),
             unseen: unseen::Unseen::default(),
+            overflows_by_netns: HashMap::new(),
+            unseen_overflows: unseen::Unseen::default(),
             held: holdback::Held::default(),
             holding: true,
             evictions: lru::EvictionTracker::default(),
@@ -280,6 +289,9 @@ impl Collector {
         // Overflows: as the programs counted them, or from the drop
         // counters, of listeners that closed and of those the sweep read.
         deltas.listen_drops = self.listen_overflows(&interval.listen_overflows, &listeners);
+        for (key, n) in &interval.listen_overflows {
+            *self.overflows_by_netns.entry(key.listener.netns).or_default() += n;
+        }
         let closed = self.take_closed_listeners();
         deltas.listen_drops.extend(self.listeners.closed(&closed));
         let proc_root = &self.proc_root;
@@ -318,6 +330,8 @@ impl Collector {
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.check_time_wait(node)?;
         deltas.unseen_time_wait = self.unseen.total();
+        self.check_overflows(node);
+        deltas.unseen_overflows = self.unseen_overflows.total();
         self.attribute(&mut deltas, node, now);
         Ok(deltas)
     }
@@ -358,6 +372,33 @@ impl Collector {
         }
         self.unseen.update(&kernel, &ours);
         Ok(())
+    }
+
+    /// In the rounds whose reading has each namespace's own count of listen
+    /// overflows, check the programs' against it, as TIME_WAIT's
+    /// (`check_time_wait`). The programs' counts of namespaces not in the
+    /// reading are dropped: gone, or not read.
+    fn check_overflows(&mut self, node: &NodeReading) {
+        let kernel: HashMap<u32, u64> =
+            node.namespaces.iter().filter_map(|n| Some((n.inode, n.listen_overflows?))).collect();
+        if kernel.is_empty() {
+            return;
+        }
+        self.overflows_by_netns.retain(|netns, _| kernel.contains_key(netns));
+        #[allow(unused_mut, reason = "the failpoint changes it")]
+        let mut ours = self.overflows_by_netns.clone();
+        // The fault the check exists for, injected: the programs miss 2
+        // overflows of the namespace named (tests/listen_overflow.rs).
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(netns)) = fail::eval("listen-overflow-unseen", |arg| arg.and_then(|a| a.parse::<u32>().ok()))
+            && let Some(counted) = ours.get_mut(&netns)
+        {
+            *counted = counted.saturating_sub(2);
+        }
+        for netns in self.unseen_overflows.namespaces().filter(|n| !kernel.contains_key(n)).collect::<Vec<_>>() {
+            self.unseen_overflows.forget(netns);
+        }
+        self.unseen_overflows.update(&kernel, &ours);
     }
 
     /// The programs' overflow counts of one interval, per listener. An

@@ -63,9 +63,10 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
     meter
         .u64_observable_counter("observer.kernel.unseen_events")
         .with_description(
-            "Events the kernel counted that observer's programs never ran for, with no skipped run reported \
-             (event=\"time_wait_entry\": each namespace's TcpExtTW + TcpExtTWKilled against observer's count, \
-             checked every 10 rounds). When not 0, the TIME_WAIT entries are short by this many.",
+            "Events the kernel counted that observer's programs never ran for, with no skipped run reported, \
+             each namespace's own count against observer's, checked every 10 rounds: event=\"time_wait_entry\" \
+             (TcpExtTW + TcpExtTWKilled), event=\"listen_overflow\" (TcpExtListenOverflows, where programs \
+             count overflows). When not 0, those counts are short by this many.",
         )
         .with_unit("{event}")
         .with_callback(reading(published, move |st, obs| {

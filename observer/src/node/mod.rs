@@ -35,8 +35,10 @@ pub struct NetnsReading {
     /// listeners, which the drop counts need, are kept apart for that).
     pub usage: Option<NetnsUsage>,
     /// The kernel's count of TIME_WAIT entries in it, in the rounds that
-    /// check observer's (`sweep::TIME_WAIT_CHECK_EVERY`).
+    /// check observer's (`sweep::KERNEL_CHECK_EVERY`).
     pub time_wait_entered: Option<u64>,
+    /// Its count of listen overflows, likewise.
+    pub listen_overflows: Option<u64>,
 }
 
 /// A namespace's ceilings and what it uses of them.

@@ -45,6 +45,15 @@ pub struct Screen {
     pub opened: u64,
 }
 
+/// A namespace's own counts of what observer's programs count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    /// TcpExtTW + TcpExtTWKilled.
+    pub time_wait_entered: u64,
+    /// TcpExtListenOverflows.
+    pub listen_overflows: u64,
+}
+
 impl Screen {
     /// No destination can have more of this namespace's ports than this.
     pub fn port_holders(&self) -> u64 {
@@ -83,17 +92,22 @@ impl ScreenFiles {
         Ok(Screen { in_use: in_use + in_use6, minisockets, opened })
     }
 
-    /// TIME_WAIT entries the kernel counted in the namespace so far
-    /// (netstat's TcpExt TW + TWKilled: one of the two when a socket's
-    /// TIME_WAIT timer is first set); None when changes are not followed.
-    pub fn time_wait_entered(&self) -> io::Result<Option<u64>> {
+    /// The namespace's own counts that observer checks its programs'
+    /// against (TcpExt, /proc/net/netstat); None where the file is not
+    /// held (doctor).
+    pub fn kernel_counts(&self) -> io::Result<Option<KernelCounts>> {
         let Some(file) = &self.netstat else { return Ok(None) };
         let mut text = String::new();
         let mut netstat = file;
         netstat.rewind()?;
         io::Read::read_to_string(&mut netstat, &mut text)?;
         let counters = tcp_ext(&text).ok_or_else(|| invalid("netstat: no TcpExt lines".to_string()))?;
-        Ok(Some(counters("TW").unwrap_or(0) + counters("TWKilled").unwrap_or(0)))
+        Ok(Some(KernelCounts {
+            // Bumped when a socket's TIME_WAIT timer is first set (full
+            // wait or short one): on entry, on the kernels that check.
+            time_wait_entered: counters("TW").unwrap_or(0) + counters("TWKilled").unwrap_or(0),
+            listen_overflows: counters("ListenOverflows").unwrap_or(0),
+        }))
     }
 }
 

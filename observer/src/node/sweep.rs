@@ -44,10 +44,11 @@ pub const HOT_SHARE: f64 = 0.5;
 /// A cold namespace's dump is redone at least this often, changed or not.
 pub const MAX_AGE: Duration = Duration::from_secs(600);
 
-/// Every this many rounds, each namespace's count of TIME_WAIT entries is
-/// read for the check against observer's own (`collect::unseen`): a
-/// larger file than the others, and the check needs no hurry.
-pub const TIME_WAIT_CHECK_EVERY: u64 = 10;
+/// Every this many rounds, each namespace's own counts of TIME_WAIT
+/// entries and listen overflows are read for the check against observer's
+/// (`collect::unseen`): a larger file than the others, and the check needs
+/// no hurry.
+pub const KERNEL_CHECK_EVERY: u64 = 10;
 
 /// The cold namespaces' dumps may take 1/this of the interval per round
 /// (1%: 10 ms at 1 s, three dumps at 100k sockets).
@@ -172,9 +173,11 @@ pub struct Sweeper {
     skipped: usize,
     rounds: u64,
     /// Read each namespace's count of TIME_WAIT entries every
-    /// `TIME_WAIT_CHECK_EVERY` rounds (off where the kernel counts them
+    /// `KERNEL_CHECK_EVERY` rounds (off where the kernel counts them
     /// only when they end).
     pub check_time_wait: bool,
+    /// The same for listen overflows (on where programs count them).
+    pub check_overflows: bool,
 }
 
 impl Sweeper {
@@ -188,6 +191,7 @@ impl Sweeper {
             skipped: 0,
             rounds: 0,
             check_time_wait: true,
+            check_overflows: false,
         }
     }
 
@@ -195,7 +199,7 @@ impl Sweeper {
     pub fn sweep(&mut self) -> NodeReading {
         let mut counts = SweepCounts::default();
         self.rounds += 1;
-        let check_time_wait = self.check_time_wait && self.rounds % TIME_WAIT_CHECK_EVERY == 1;
+        let check = (self.check_time_wait || self.check_overflows) && self.rounds % KERNEL_CHECK_EVERY == 1;
         let found = netns::all(&self.proc_root);
         let pids: BTreeMap<u32, u32> =
             found.iter().filter_map(|(inode, path)| Some((*inode, netns::pid_of(path)?))).collect();
@@ -256,9 +260,16 @@ impl Sweeper {
                 let (listeners, usage) = glance.usage(last.as_ref().map(|l| l.counts.clone()));
                 let pid = pids.get(&inode).copied();
                 let files = &self.tracked[&inode].files;
-                let time_wait_entered =
-                    if check_time_wait { files.screen.time_wait_entered().ok().flatten() } else { None };
-                NetnsReading { inode, name: self.name(inode), pid, listeners, usage: Some(usage), time_wait_entered }
+                let kernel = if check { files.screen.kernel_counts().ok().flatten() } else { None };
+                NetnsReading {
+                    inode,
+                    name: self.name(inode),
+                    pid,
+                    listeners,
+                    usage: Some(usage),
+                    time_wait_entered: kernel.filter(|_| self.check_time_wait).map(|k| k.time_wait_entered),
+                    listen_overflows: kernel.filter(|_| self.check_overflows).map(|k| k.listen_overflows),
+                }
             })
             .collect();
         NodeReading { namespaces, counts }

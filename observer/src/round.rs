@@ -99,7 +99,8 @@ impl Rounds {
     pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
         let mut node = self.sweeper.sweep();
         self.trend.update(now, &mut node);
-        let deltas = match self.collector.collect(now, self.grace, &node) {
+        let sweeper = &self.sweeper;
+        let deltas = match self.collector.collect(now, self.grace, &node, &|netns| sweeper.listen_overflows(netns)) {
             Ok(deltas) => deltas,
             Err(e) => {
                 self.failures += 1;

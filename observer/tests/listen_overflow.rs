@@ -11,7 +11,6 @@ use std::{
 };
 
 use common::{Observer, collect_until};
-use observer::probes::hooks::{self, Mode};
 use observer_testing::{Netns, churn};
 
 /// Overflow a never-accepting listener on `addr` (port `port`) with 8
@@ -103,13 +102,6 @@ fn a_namespace_missing_from_some_sweeps_does_not_count_its_drops_twice() {
         obs.collect();
     }
     assert_eq!(obs.listen_drops(owner, port), total, "TcpExtListenOverflows says {total}");
-}
-
-/// Whether observer counts overflows from the listeners' drop counters
-/// (no overflow hook on this kernel or in this mode) rather than where the
-/// kernel counts them.
-fn counts_from_the_sweep(obs: &Observer) -> bool {
-    obs.probes.attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag)
 }
 
 /// Read rounds until the count settles at what the kernel says, then a few
@@ -225,9 +217,9 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// request answered while the queue had room, whose last ACK comes after
 /// other connections filled it. The kernel retransmits its SYN-ACK, the
 /// client acknowledges it again, and each of those ACKs overflows; no
-/// SYN does, since no client sends one any more. In the sweep's mode
-/// observer counts the listener's drop counter, to which the kernel adds
-/// each such ACK twice (tcp_listendrop, then the dropped packet).
+/// SYN does, since no client sends one any more. The listener's drop
+/// counter, which the sweep's mode reads, counts each such ACK twice
+/// (tcp_listendrop, then the dropped packet): not the count.
 #[test]
 fn overflows_on_the_handshakes_last_ack_are_counted() {
     let ns = Netns::new();
@@ -253,10 +245,10 @@ fn overflows_on_the_handshakes_last_ack_are_counted() {
     let after = ns.nstat_all(&["TcpExtListenOverflows", "TcpExtTCPReqQFullDrop"]);
     let overflows = after[0] - before[0];
     assert_eq!(after[1], before[1], "no SYN was dropped for a full SYN queue");
-    let expected = if counts_from_the_sweep(&obs) { drops } else { overflows };
+    assert!(drops > overflows, "the drop counter counts more: {drops}");
     assert_eq!(
-        settle(&mut obs, &[pid], port, expected),
-        expected,
+        settle(&mut obs, &[pid], port, overflows),
+        overflows,
         "TcpExtListenOverflows says {overflows}, the listener's drop counter {drops}"
     );
 }
@@ -265,8 +257,7 @@ fn overflows_on_the_handshakes_last_ack_are_counted() {
 /// full SYN queue is dropped before the accept queue is looked at, and is
 /// no overflow (TcpExtTCPReqQFullDrop), however full that queue is; with
 /// syncookies on, the same SYN goes on and overflows the accept queue.
-/// Where observer reads the listeners' drop counters instead (the sweep's
-/// mode) it counts those, which include the former.
+/// The listener's drop counter, which the sweep's mode reads, counts both.
 #[test]
 fn syns_a_full_syn_queue_drops_are_no_overflows() {
     let ns = Netns::new();
@@ -297,10 +288,10 @@ fn syns_a_full_syn_queue_drops_are_no_overflows() {
     let [overflows, syn_queue_full] = [0, 1].map(|i| after[i] - before[i]);
     assert!(syn_queue_full >= 3, "SYNs must meet the full SYN queue: {syn_queue_full}");
     assert!(overflows >= 2, "SYNs with cookies must overflow the accept queue: {overflows}");
-    let expected = if counts_from_the_sweep(&obs) { drops } else { overflows };
+    assert_eq!(drops, overflows + syn_queue_full, "the drop counter counts both");
     assert_eq!(
-        settle(&mut obs, &[pid], port, expected),
-        expected,
+        settle(&mut obs, &[pid], port, overflows),
+        overflows,
         "ListenOverflows {overflows}, ReqQFullDrop {syn_queue_full}, the listener's drop counter {drops}"
     );
 }

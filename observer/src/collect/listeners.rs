@@ -39,6 +39,8 @@ use crate::node::sock_diag::Listener;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerDrops {
     pub owner: Actor,
+    /// The listener's network namespace (inode).
+    pub netns: u32,
     pub family: u16,
     pub port: u16,
     pub drops: u64,
@@ -97,7 +99,13 @@ impl ListenerTracker {
                 self.closed_now.insert(c.cookie);
             }
             if delta > 0 && self.count_drops {
-                out.push(ListenerDrops { owner, family: c.listener.family, port: c.listener.port, drops: delta });
+                out.push(ListenerDrops {
+                    owner,
+                    netns: c.listener.netns,
+                    family: c.listener.family,
+                    port: c.listener.port,
+                    drops: delta,
+                });
             }
         }
         out
@@ -149,7 +157,7 @@ impl ListenerTracker {
             self.last.insert(l.cookie, (l.netns, l.drops));
             if delta > 0 && self.count_drops {
                 let owner = self.owner(l.cookie).unwrap_or_default();
-                out.push(ListenerDrops { owner, family: l.family, port: l.port, drops: delta });
+                out.push(ListenerDrops { owner, netns: l.netns, family: l.family, port: l.port, drops: delta });
             }
         }
         // Forget closed listeners, so the maps stay as big as what exists;
@@ -182,6 +190,11 @@ impl ListenerTracker {
         self.owners.retain(|cookie, _| last.contains_key(cookie));
         self.first_scan_done = true;
         out
+    }
+
+    /// Whether the first sweep (the drop counters' baseline) was read.
+    pub fn first_scan_done(&self) -> bool {
+        self.first_scan_done
     }
 
     /// The processes that own a listener now.
@@ -229,7 +242,7 @@ mod tests {
             t.update(Instant::now(), &[listener(1, 5)], &swept(), |_| Some(owner(7)), |_| HashMap::new()).is_empty()
         );
         let d = t.update(Instant::now(), &[listener(1, 8)], &swept(), |_| Some(owner(7)), |_| HashMap::new());
-        assert_eq!(d, vec![ListenerDrops { owner: owner(7), family: 2, port: 8080, drops: 3 }]);
+        assert_eq!(d, vec![ListenerDrops { owner: owner(7), netns: 1, family: 2, port: 8080, drops: 3 }]);
     }
 
     #[test]
@@ -293,7 +306,7 @@ mod tests {
         );
         // 5 more, then it closes; this round's sweep read it at 4.
         let d = t.closed(&[closing(6, 7, 9)]);
-        assert_eq!(d, vec![ListenerDrops { owner: owner(9), family: 2, port: 8080, drops: 5 }]);
+        assert_eq!(d, vec![ListenerDrops { owner: owner(9), netns: 1, family: 2, port: 8080, drops: 5 }]);
         assert!(
             t.update(Instant::now(), &[listener(6, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new()).is_empty()
         );

@@ -5,6 +5,7 @@ mod buffers;
 mod holdback;
 mod listeners;
 mod lru;
+mod overflow_ledger;
 mod unseen;
 
 use std::{
@@ -102,6 +103,9 @@ pub struct Collector {
     /// count them.
     overflows_by_netns: HashMap<u32, u64>,
     unseen_overflows: unseen::Unseen,
+    /// The sweep's mode: listener drops -> overflows, by each namespace's
+    /// own count (None where programs count overflows).
+    overflow_ledger: Option<overflow_ledger::OverflowLedger>,
     held: holdback::Held,
     /// Hold back counts whose pod labels are pending (off for the last
     /// round before exit, when nothing may stay behind).
@@ -131,6 +135,7 @@ impl Collector {
             unseen: unseen::Unseen::default(),
             overflows_by_netns: HashMap::new(),
             unseen_overflows: unseen::Unseen::default(),
+            overflow_ledger: overflows_from_sweep.then(overflow_ledger::OverflowLedger::default),
             held: holdback::Held::default(),
             holding: true,
             evictions: lru::EvictionTracker::default(),
@@ -199,8 +204,16 @@ impl Collector {
 
     /// One collection: the kernel maps, and the listeners of every
     /// namespace as the round's reading of the node just dumped them.
-    /// `grace` is how long a process's series outlive it.
-    pub fn collect(&mut self, now: Instant, grace: Duration, node: &NodeReading) -> Result<Deltas, Error> {
+    /// `grace` is how long a process's series outlive it; `overflows_now`
+    /// reads a namespace's own count of listen overflows (the sweep's mode
+    /// turns drops into overflows with it).
+    pub fn collect(
+        &mut self,
+        now: Instant,
+        grace: Duration,
+        node: &NodeReading,
+        overflows_now: &dyn Fn(u32) -> Option<u64>,
+    ) -> Result<Deltas, Error> {
         let listeners: Vec<sock_diag::Listener> = node.listeners().copied().collect();
         let swept: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
         let mut deltas = Deltas::default();
@@ -293,7 +306,8 @@ impl Collector {
             *self.overflows_by_netns.entry(key.listener.netns).or_default() += n;
         }
         let closed = self.take_closed_listeners();
-        deltas.listen_drops.extend(self.listeners.closed(&closed));
+        let started = self.listeners.first_scan_done();
+        let mut listener_drops = self.listeners.closed(&closed);
         let proc_root = &self.proc_root;
         let swept_drops = self.listeners.update(
             now,
@@ -302,7 +316,20 @@ impl Collector {
             |key| self.maps.listeners.get(key, 0).ok(),
             |inodes| owners::owners_of_sockets(proc_root, inodes),
         );
-        deltas.listen_drops.extend(swept_drops);
+        listener_drops.extend(swept_drops);
+        if let Some(ledger) = &mut self.overflow_ledger {
+            if !started {
+                for n in &node.namespaces {
+                    if let Some(counted) = overflows_now(n.inode) {
+                        ledger.start(n.inode, counted, now);
+                    }
+                }
+            }
+            // Read after every drop of the round, the closed listeners' too.
+            listener_drops = ledger.overflows(listener_drops, overflows_now, now);
+            ledger.retain(|netns| swept.contains(&netns), now);
+        }
+        deltas.listen_drops.extend(listener_drops);
         deltas.listener_owners =
             listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
         for drop in &deltas.listen_drops {
@@ -420,7 +447,7 @@ impl Collector {
                     self.listeners.owner(swept.cookie)
                 };
                 let owner = if key.owner.tgid == 0 { found().unwrap_or(key.owner) } else { key.owner };
-                ListenerDrops { owner, family: l.family, port: l.port, drops: *n }
+                ListenerDrops { owner, netns: l.netns, family: l.family, port: l.port, drops: *n }
             })
             .collect()
     }

@@ -275,6 +275,13 @@ impl Sweeper {
         NodeReading { namespaces, counts }
     }
 
+    /// A namespace's own count of listen overflows now (TcpExtListenOverflows),
+    /// from the file held open in it; None if it is not held or unreadable.
+    pub fn listen_overflows(&self, inode: u32) -> Option<u64> {
+        let counts = self.tracked.get(&inode)?.files.screen.kernel_counts().ok()??;
+        Some(counts.listen_overflows)
+    }
+
     /// Hold files open in the namespaces `found` (up to the bound), close
     /// those of the ones gone so they can go; how many are left unread.
     fn track(&mut self, found: BTreeMap<u32, PathBuf>) -> u64 {

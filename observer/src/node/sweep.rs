@@ -60,7 +60,7 @@ pub const FILES_PER_NAMESPACE: u64 = 12;
 
 /// One namespace's kernel interfaces, opened from inside it, read from any
 /// thread afterwards. Held open, they keep the namespace alive: they are
-/// closed as soon as no process or bind mount holds it any more.
+/// closed a round after no process or bind mount holds it any more.
 pub struct NetnsFiles {
     diag: DiagSocket,
     screen: ScreenFiles,
@@ -169,6 +169,11 @@ pub struct Sweeper {
     cold_budget: Duration,
     host: Option<u32>,
     tracked: BTreeMap<u32, Tracked>,
+    /// The files of the namespaces gone this round, held one round more:
+    /// a server killed with its pod closes its listener and its namespace
+    /// at once, and the round's count of its overflows is read after the
+    /// sweep (`listen_overflows`).
+    gone: BTreeMap<u32, Tracked>,
     /// Namespaces left out last round for the bound (logged on change).
     skipped: usize,
     rounds: u64,
@@ -188,6 +193,7 @@ impl Sweeper {
             cold_budget: interval / COLD_BUDGET_SHARE,
             host: netns::host(proc_root),
             tracked: BTreeMap::new(),
+            gone: BTreeMap::new(),
             skipped: 0,
             rounds: 0,
             check_time_wait: true,
@@ -278,14 +284,17 @@ impl Sweeper {
     /// A namespace's own count of listen overflows now (TcpExtListenOverflows),
     /// from the file held open in it; None if it is not held or unreadable.
     pub fn listen_overflows(&self, inode: u32) -> Option<u64> {
-        let counts = self.tracked.get(&inode)?.files.screen.kernel_counts().ok()??;
+        let tracked = self.tracked.get(&inode).or_else(|| self.gone.get(&inode))?;
+        let counts = tracked.files.screen.kernel_counts().ok()??;
         Some(counts.listen_overflows)
     }
 
     /// Hold files open in the namespaces `found` (up to the bound), close
     /// those of the ones gone so they can go; how many are left unread.
     fn track(&mut self, found: BTreeMap<u32, PathBuf>) -> u64 {
-        self.tracked.retain(|inode, _| found.contains_key(inode));
+        let (kept, gone) =
+            std::mem::take(&mut self.tracked).into_iter().partition(|(inode, _)| found.contains_key(inode));
+        (self.tracked, self.gone) = (kept, gone);
         let room = self.max_namespaces.saturating_sub(self.tracked.len());
         let new: BTreeMap<u32, PathBuf> =
             found.into_iter().filter(|(inode, _)| !self.tracked.contains_key(inode)).collect();

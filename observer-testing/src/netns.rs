@@ -55,8 +55,8 @@ impl Netns {
         // Where the kernel counts a TIME_WAIT socket only when it ends
         // (5.10), one that a new connect() reuses (tcp_tw_reuse, on for
         // loopback by default, after a tick of the seconds clock) ends
-        // uncounted: seen as 24 entries of 25 in the matrix. Off there, so
-        // `time_wait_entered` stays the truth.
+        // uncounted. Off there, so reuse cannot hide an entry from
+        // `time_wait_entered`.
         if !time_wait_counted_at_entry() {
             ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
         }

@@ -24,6 +24,15 @@ impl Held {
         deltas.listen_drops.splice(0..0, self.listen_drops.drain(..));
     }
 
+    /// The actors whose counts wait.
+    pub fn actors(&self) -> impl Iterator<Item = &observer_common::Actor> {
+        self.procs
+            .iter()
+            .map(|(k, _)| &k.actor)
+            .chain(self.connect_errors.iter().map(|(k, _)| &k.actor))
+            .chain(self.listen_drops.iter().map(|d| &d.owner))
+    }
+
     /// Take the counts of actors in `pending` out of `deltas`, except those
     /// of processes retired this round (their series end now).
     pub fn hold(&mut self, deltas: &mut Deltas, pending: &HashSet<PodKey>) {

@@ -340,6 +340,14 @@ impl Collector {
                 self.unknown_owners.insert(owner.cgroup_id, now);
             }
         }
+        // An unknown owner whose counts wait for their pod labels is not
+        // idle: retired now, those counts would end with it, unseen (when
+        // pod lookups take longer than --grace).
+        for actor in self.held.actors() {
+            if actor.tgid == 0 {
+                self.unknown_owners.insert(actor.cgroup_id, now);
+            }
+        }
         // Unknown owners idle for the grace period: a cgroup's old sockets
         // all closed, or the cgroup removed with its pod.
         self.unknown_owners.retain(|cgroup, last| {

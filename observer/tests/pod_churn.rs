@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    daemon::{scrape_until, start_daemon},
+    daemon::{scrape_until, start_daemon_with_env},
     pods::{Dirs, PodWithOldConnections, namespace_with_server, time_wait_lines},
 };
 use observer_testing::http::{sample, sample_sum};
@@ -28,7 +28,10 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
     let (ns, _server) = namespace_with_server();
     let pods: Vec<PodWithOldConnections> =
         names.iter().map(|name| PodWithOldConnections::open(name, &mut log_dirs, &logs, &ns, 2)).collect();
-    let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "1s"]);
+    let daemon = start_daemon_with_env(
+        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "1s"],
+        &[("RUST_LOG", "observer=debug")],
+    );
     let mut entered_before = 0;
     for (mut pod, name) in pods.into_iter().zip(names) {
         pod.close_all();

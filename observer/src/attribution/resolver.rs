@@ -92,7 +92,9 @@ impl Resolver {
             match self.answers.recv_timeout(left) {
                 Ok(batch) => {
                     for (key, labels) in batch {
-                        self.asked.remove(&key);
+                        if let Some(asked) = self.asked.remove(&key) {
+                            tracing::debug!(?key, ?labels, after = ?asked.elapsed(), "pod lookup answered");
+                        }
                         self.known.insert(key, labels);
                     }
                 }

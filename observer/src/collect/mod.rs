@@ -196,6 +196,9 @@ impl Collector {
                 }
             }
         }
+        if !pending.is_empty() {
+            tracing::debug!(?pending, "pod labels pending: their counts wait a round");
+        }
         self.held.hold(deltas, &pending);
         for key in &deltas.retired {
             self.resolver.forget(*key);
@@ -353,6 +356,7 @@ impl Collector {
         self.unknown_owners.retain(|cgroup, last| {
             let idle = now.duration_since(*last) >= grace;
             if idle {
+                tracing::debug!(cgroup, "unknown owner idle for --grace: its series end");
                 deltas.retired.push((0, *cgroup));
             }
             !idle

@@ -63,8 +63,10 @@ pub fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
         .args(["--attach-mode", &super::test_mode().to_string()])
         .args(extra)
-        .envs(env.iter().copied())
+        // The test's own RUST_LOG would change what the daemon logs; a test
+        // that wants its debug log passes RUST_LOG in `env`.
         .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .unwrap();

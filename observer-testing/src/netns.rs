@@ -53,12 +53,16 @@ impl Netns {
         let ns = Self { name };
         run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));
         // Where the kernel counts a TIME_WAIT socket only when it ends
-        // (5.10), one that a new connect() reuses (tcp_tw_reuse, on for
-        // loopback by default, after a tick of the seconds clock) ends
-        // uncounted. Off there, so reuse cannot hide an entry from
-        // `time_wait_entered`.
+        // (5.10), one that ends early ends uncounted: reused by a new
+        // connect() (tcp_tw_reuse, on for loopback by default, after a tick
+        // of the seconds clock), or killed by a RST (TIME_WAIT
+        // assassination: in a slow guest a retransmitted FIN makes the
+        // socket ACK again after the server's side is gone, and the listener
+        // answers with a RST; RFC 1337's fix, tcp_rfc1337, ignores it). Both
+        // off there, so neither can hide an entry from `time_wait_entered`.
         if !time_wait_counted_at_entry() {
             ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+            ns.sysctl("net.ipv4.tcp_rfc1337", "1");
         }
         ns
     }
@@ -78,6 +82,12 @@ impl Netns {
     /// TcpExtListenOverflows, TcpActiveOpens), absolute value.
     pub fn nstat(&self, counter: &str) -> u64 {
         self.nstat_all(&[counter])[0]
+    }
+
+    /// Every counter of this namespace that is not zero (`nstat -as`), for
+    /// failure messages.
+    pub fn nstat_report(&self) -> String {
+        run(self.command("nstat").arg("-as"))
     }
 
     /// Several counters of this namespace from one snapshot, in order.

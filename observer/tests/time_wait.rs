@@ -9,6 +9,8 @@ use observer_testing::Netns;
 
 const CONNECTIONS: u64 = 25;
 
+/// The run of `close_first`: the observer, the namespace, the client's and
+/// the server's pids, and the TIME_WAIT entries the kernel saw.
 fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
     let mut obs = Observer::start();
     let ns = Netns::new();
@@ -18,18 +20,28 @@ fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
     let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &count, "--close-first", close_first]);
     let client_took = client_started.elapsed();
     assert_eq!(client.connected, CONNECTIONS, "{client:?}");
-    // Ground truth: the kernel's count of TIME_WAIT entries in this
-    // namespace (see `time_wait_entered`), read until all 25 are there
-    // (bounded by time: under software emulation one read can take most of
-    // a second). Every distinct reading is kept for the failure message,
-    // with the namespace's sockets as they were then.
+    let entered = kernel_count(&ns, client_took);
+    let server_pid = server.pid();
+    collect_until(&mut obs, |o| {
+        o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= entered
+    });
+    (obs, ns, client.pid, server_pid, entered)
+}
+
+/// Ground truth: the kernel's count of TIME_WAIT entries in `ns` (see
+/// `time_wait_entered`), read until all 25 are there (bounded by time:
+/// under software emulation one read can take most of a second). Short of
+/// 25, it fails with every distinct reading, with the namespace's sockets
+/// as they were then, and the namespace's counters (an entry the kernel
+/// did not count shows there: RSTs, aborts, TIME_WAIT overflow).
+fn kernel_count(ns: &Netns, client_took: std::time::Duration) -> u64 {
     let started = std::time::Instant::now();
     let mut entered = 0;
     let mut readings: Vec<String> = Vec::new();
     while started.elapsed() < std::time::Duration::from_secs(20) {
         entered = ns.time_wait_entered();
         if entered == CONNECTIONS {
-            break;
+            return entered;
         }
         let reading = format!("{entered} at {:?}", started.elapsed() + client_took);
         if readings.last().is_none_or(|last| !last.starts_with(&format!("{entered} at"))) {
@@ -37,18 +49,12 @@ fn scenario(close_first: &str) -> (Observer, Netns, u32, u32, u64) {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(
-        entered,
-        CONNECTIONS,
-        "TIME_WAIT entries (client took {client_took:?}); every distinct reading, with the time since the client \
-         started:\n{}",
-        readings.join("\n")
+    panic!(
+        "TIME_WAIT entries: {entered} of {CONNECTIONS} (client took {client_took:?}); every distinct reading, with the \
+         time since the client started:\n{}\nthe namespace's counters:\n{}",
+        readings.join("\n"),
+        ns.nstat_report()
     );
-    let server_pid = server.pid();
-    collect_until(&mut obs, |o| {
-        o.process(client.pid).time_wait_entries + o.process(server_pid).time_wait_entries >= entered
-    });
-    (obs, ns, client.pid, server_pid, entered)
 }
 
 #[test]

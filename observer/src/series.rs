@@ -18,6 +18,7 @@ use observer_common::{AF_INET6, Actor, ConnectErrorKey, buffers};
 use crate::{
     attribution::{PodKey, PodLabels, pod_key},
     collect::Deltas,
+    export::contract,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -64,15 +65,20 @@ impl Counter {
         Counter::ListenOverflows,
     ];
 
-    /// The instrument's name (export/signals.rs creates it by this name).
-    pub fn instrument(self) -> &'static str {
+    /// The instrument it is exported as.
+    pub fn contract(self) -> &'static contract::Instrument {
         match self {
-            Counter::Connects => "observer.tcp.connects",
-            Counter::Accepts => "observer.tcp.accepts",
-            Counter::TimeWaitEntries => "observer.tcp.time_wait_entries",
-            Counter::ConnectErrors => "observer.tcp.connect_errors",
-            Counter::ListenOverflows => "observer.tcp.listen_overflows",
+            Counter::Connects => &contract::TCP_CONNECTS,
+            Counter::Accepts => &contract::TCP_ACCEPTS,
+            Counter::TimeWaitEntries => &contract::TCP_TIME_WAIT_ENTRIES,
+            Counter::ConnectErrors => &contract::TCP_CONNECT_ERRORS,
+            Counter::ListenOverflows => &contract::TCP_LISTEN_OVERFLOWS,
         }
+    }
+
+    /// The instrument's name.
+    pub fn instrument(self) -> &'static str {
+        self.contract().name
     }
 }
 
@@ -275,8 +281,8 @@ impl SeriesStore {
     fn report(&mut self, setting: &'static str, value: usize, what: &str) {
         if self.reported.insert(setting) {
             tracing::warn!(
-                "{value} {what} have series of their own ({setting}): further ones are counted as \"other\" \
-                 (totals stay exact; observer_series_folded_total counts the folded updates); raise {setting} \
+                "{value} {what} have series of their own ({setting}): further ones are counted in the series marked \
+                 otel_metric_overflow=\"true\" (totals stay exact; observer_series_folded_total counts the folded updates); raise {setting} \
                  to keep them apart"
             );
         }

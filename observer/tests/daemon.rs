@@ -46,13 +46,17 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     assert_eq!(sample(&body, "observer_tcp_connect_errors_total", &errors_labels), Some(3), "{body}");
     assert_eq!(sample(&body, "observer_tcp_connects_total", &[pid.as_str()]), Some(6), "{body}");
     assert_eq!(
-        sample(&body, "observer_map_capacity", &["map=\"PROC_COUNTERS\""]),
+        sample(&body, "observer_map_limit", &["observer_map_name=\"PROC_COUNTERS\""]),
         Some(observer_common::capacity::PROC_COUNTERS as u64)
     );
     // The socket-owner map at its default size evicts nothing here.
-    assert_eq!(sample(&body, "observer_map_evictions_total", &["map=\"SOCK_OWNERS\""]), Some(0), "{body}");
+    assert_eq!(
+        sample(&body, "observer_map_evictions_total", &["observer_map_name=\"SOCK_OWNERS\""]),
+        Some(0),
+        "{body}"
+    );
     for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow"] {
-        assert_eq!(sample(&body, "observer_probe_attached", &[&format!("hook=\"{hook}\"")]), Some(1), "{hook}");
+        assert_eq!(sample(&body, "observer_probe_info", &[&format!("observer_hook=\"{hook}\"")]), Some(1), "{hook}");
     }
     // Self-telemetry: a collection took some time, none failed.
     let duration = body
@@ -69,7 +73,7 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
     );
     // The kernel's skipped runs are reported for every program, zero or not.
     for program in ["sock_state", "connect_exit", "process_exit"] {
-        let labels = [format!("program=\"{program}\"")];
+        let labels = [format!("observer_program=\"{program}\"")];
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
         assert!(sample(&body, "observer_kernel_missed_events_total", &labels).is_some(), "{program}: {body}");
     }
@@ -413,34 +417,34 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     let b = ns.serve(&["--listen", "127.0.0.1:8082", "--backlog", "5", "--never-accept"]);
     assert_eq!(ns.client(&["--to", "127.0.0.1:8082", "--count", "3", "--hold"]).connected, 3);
     let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
-    let netns = format!("network_namespace=\"{inode}\"");
+    let netns = format!("observer_network_namespace=\"{inode}\"");
     let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_ephemeral_ports_used", &[&netns, "server_port=\"8080\""]) == Some(10)
+        sample(b, "observer_ephemeral_port_usage", &[&netns, "server_port=\"8080\""]) == Some(10)
     });
     // What ss shows: every socket holding one of the 10 ports toward :8080.
     let ss = ns.command("ss").args(["-Htan", "state", "connected", "dst", "127.0.0.1:8080"]).output().unwrap();
     let held = String::from_utf8_lossy(&ss.stdout).lines().count() as u64;
-    assert_eq!(sample(&body, "observer_ephemeral_ports_used", &[&netns, "server_port=\"8080\""]), Some(held), "{body}");
-    assert_eq!(sample(&body, "observer_ephemeral_ports_limit", &[&netns]), Some(10));
+    assert_eq!(sample(&body, "observer_ephemeral_port_usage", &[&netns, "server_port=\"8080\""]), Some(held), "{body}");
+    assert_eq!(sample(&body, "observer_ephemeral_port_limit", &[&netns]), Some(10));
     assert_eq!(
-        sample(&body, "observer_listen_queue_length", &[&netns, "server_port=\"8082\""]),
+        sample(&body, "observer_listen_queue_usage", &[&netns, "server_port=\"8082\""]),
         Some(ns.accept_queue(8082))
     );
     assert_eq!(sample(&body, "observer_listen_queue_limit", &[&netns, "server_port=\"8082\""]), Some(5));
     // Charged to the process that listens, as the kernel recorded it.
     let owner = format!("process_pid=\"{}\"", b.pid());
     assert_eq!(
-        sample(&body, "observer_listen_queue_length", &[&netns, "server_port=\"8082\"", &owner]),
+        sample(&body, "observer_listen_queue_usage", &[&netns, "server_port=\"8082\"", &owner]),
         Some(ns.accept_queue(8082)),
         "{body}"
     );
     let tw = ns.command("ss").args(["-Htan", "state", "time-wait"]).output().unwrap();
     let tw = String::from_utf8_lossy(&tw.stdout).lines().count() as u64;
-    assert_eq!(sample(&body, "observer_time_wait_sockets", &[&netns]), Some(tw));
-    assert_eq!(sample(&body, "observer_net_setting", &[&netns, "setting=\"ip_local_port_range_low\""]), Some(41000));
+    assert_eq!(sample(&body, "system_network_connection_count", &[&netns]), Some(tw));
+    assert_eq!(sample(&body, "observer_sysctl_net_ipv4_ip_local_port_range_low", &[&netns]), Some(41000));
     let host_buckets = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap();
     assert_eq!(
-        sample(&body, "observer_time_wait_limit", &["network_namespace=\"host\""]),
+        sample(&body, "observer_sysctl_net_ipv4_tcp_max_tw_buckets", &["observer_network_namespace=\"host\""]),
         host_buckets.trim().parse().ok(),
         "{body}"
     );
@@ -451,10 +455,10 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     let fds = std::fs::read_dir(format!("/proc/{}/fd", a.pid())).unwrap().count() as u64;
     assert!(fds >= 11, "listener and 10 connections: {fds}");
     let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_process_open_files", &[&pid]) == Some(fds)
+        sample(b, "process_open_file_descriptor_count", &[&pid]) == Some(fds)
     });
-    assert_eq!(sample(&body, "observer_process_open_files", &[&pid]), Some(fds), "{body}");
-    assert_eq!(sample(&body, "observer_process_open_files_limit", &[&pid]), Some(64), "{body}");
+    assert_eq!(sample(&body, "process_open_file_descriptor_count", &[&pid]), Some(fds), "{body}");
+    assert_eq!(sample(&body, "observer_process_open_file_descriptor_limit", &[&pid]), Some(64), "{body}");
 }
 
 /// Ports taken toward one destination at a steady pace: the estimated time
@@ -470,9 +474,9 @@ fn time_to_port_exhaustion_follows_the_pace_ports_are_taken() {
     ns.sysctl("net.ipv4.ip_local_port_range", "40000 40999");
     let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "1024"]);
     let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
-    let netns = format!("network_namespace=\"{inode}\"");
+    let netns = format!("observer_network_namespace=\"{inode}\"");
     let labels = [netns.as_str(), "server_port=\"8080\""];
-    let used = |body: &str| sample(body, "observer_ephemeral_ports_used", &labels);
+    let used = |body: &str| sample(body, "observer_ephemeral_port_usage", &labels);
     std::thread::scope(|s| {
         let client = s.spawn(|| ns.client(&["--to", "127.0.0.1:8080", "--count", "800", "--spread", "16s", "--hold"]));
         std::thread::sleep(Duration::from_secs(4));
@@ -486,7 +490,8 @@ fn time_to_port_exhaustion_follows_the_pace_ports_are_taken() {
         let estimate = body2
             .lines()
             .find(|l| {
-                l.starts_with("observer_ephemeral_ports_exhaustion_seconds{") && labels.iter().all(|w| l.contains(w))
+                l.starts_with("observer_ephemeral_port_time_to_exhaustion_seconds{")
+                    && labels.iter().all(|w| l.contains(w))
             })
             .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
         assert!(
@@ -509,14 +514,14 @@ fn the_owner_of_a_listener_older_than_observer_is_found_through_proc() {
     let daemon = start_daemon(&[]);
     let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
     let labels = [
-        format!("network_namespace=\"{inode}\""),
+        format!("observer_network_namespace=\"{inode}\""),
         "server_port=\"8083\"".to_string(),
         format!("process_pid=\"{}\"", server.pid()),
         "process_executable_name=\"observer-churn\"".to_string(),
     ];
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_listen_queue_length", &labels).is_some()
+        sample(b, "observer_listen_queue_usage", &labels).is_some()
     });
-    assert_eq!(sample(&body, "observer_listen_queue_length", &labels), Some(ns.accept_queue(8083)), "{body}");
+    assert_eq!(sample(&body, "observer_listen_queue_usage", &labels), Some(ns.accept_queue(8083)), "{body}");
 }

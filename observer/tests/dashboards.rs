@@ -17,10 +17,10 @@ use std::{
 
 use common::{
     daemon::{Daemon, start_daemon_with_env},
+    incidents::{Culprits, reproduce_incidents},
     prometheus::Prometheus,
     tool,
 };
-use observer_testing::{Netns, Server, churn};
 use serde_json::Value;
 
 const BOARDS: [&str; 2] = ["connection-avalanche.json", "observer-overview.json"];
@@ -54,7 +54,9 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut i = 0;
     while i < bytes.len() {
         let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
-        if word_start && (expr[i..].starts_with("observer_") || expr[i..].starts_with("target_info")) {
+        let ours =
+            ["observer_", "target_info", "system_network_connection_count", "process_open_file_descriptor_count"];
+        if word_start && ours.iter().any(|prefix| expr[i..].starts_with(prefix)) {
             let end = expr[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(expr.len(), |n| i + n);
             names.insert(expr[i..end].to_string());
             i = end;
@@ -65,14 +67,20 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     names
 }
 
-/// The metric names observer exports, from a scrape's `# TYPE` lines.
+/// The names observer exports: its metrics, from a scrape's `# TYPE`
+/// lines, and its labels (ours are prefixed `observer_` too, so a query's
+/// word may be either).
 fn exported_names(daemon: &Daemon) -> HashSet<String> {
     let body = daemon.scrape();
-    body.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split(' ').next())
-        .map(String::from)
-        .collect()
+    let metrics = body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next());
+    let labels = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.split_once('{')?.1.rsplit_once('}')?.0))
+        .flat_map(|labels| {
+            labels.split("\",").filter_map(|pair| pair.split_once('=')).map(|(k, _)| k.trim_start_matches(','))
+        });
+    metrics.chain(labels).map(String::from).collect()
 }
 
 #[test]
@@ -204,72 +212,19 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
-/// The processes behind each incident, as the kernel's ground truth saw
-/// them.
-struct Culprits {
-    ports: u32,
-    time_wait: u32,
-    listener: u32,
-    storm: u32,
-}
-
-impl Culprits {
-    /// The process a query about `expr`'s metric must name.
-    fn expected(&self, expr: &str) -> Option<u32> {
-        if expr.contains("EADDRNOTAVAIL") {
-            Some(self.ports)
-        } else if expr.contains("observer_tcp_time_wait_entries_total") {
-            Some(self.time_wait)
-        } else if expr.contains("observer_tcp_listen_overflows_total") {
-            Some(self.listener)
-        } else if expr.contains("observer_tcp_connects_total") || expr.contains("observer_tcp_accepts_total") {
-            Some(self.storm)
-        } else {
-            None
-        }
+/// The process a query about `expr`'s metric must name.
+fn expected(culprits: &Culprits, expr: &str) -> Option<u32> {
+    if expr.contains("EADDRNOTAVAIL") {
+        Some(culprits.ports)
+    } else if expr.contains("observer_tcp_time_wait_entries_total") {
+        Some(culprits.time_wait)
+    } else if expr.contains("observer_tcp_listen_overflows_total") {
+        Some(culprits.listener)
+    } else if expr.contains("observer_tcp_connects_total") || expr.contains("observer_tcp_accepts_total") {
+        Some(culprits.storm)
+    } else {
+        None
     }
-}
-
-/// The four incidents, each spread over a few seconds so that the scrapes
-/// see the counters grow (as in a real incident), each in its namespace.
-/// The namespaces and servers are returned to be kept alive.
-fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
-    // Port exhaustion: 6 ports, 9 held connections, 3 EADDRNOTAVAIL.
-    let ports = Netns::new();
-    ports.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
-    let holder = ports.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
-    let client = ports.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold", "--spread", "6s"]);
-    assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (6, 3), "{client:?}");
-
-    // TIME_WAIT: client-first close, 25 connections.
-    let tw = Netns::new();
-    let tw_server = tw.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
-    let tw_client = tw.client(&["--to", "127.0.0.1:7000", "--count", "25", "--spread", "5s"]);
-    assert_eq!(tw_client.connected, 25);
-
-    // Listen overflow: a listener that never accepts, backlog 1.
-    let lo = Netns::new();
-    let listener = lo.serve(&["--listen", "127.0.0.1:8081", "--backlog", "1", "--never-accept"]);
-    lo.client(&["--to", "127.0.0.1:8081", "--count", "12", "--nonblocking", "200ms", "--spread", "4s"]);
-    assert!(lo.nstat("TcpExtListenOverflows") > 0, "the listener must overflow");
-
-    // A connection storm: connect, accept, close, spread over 4 s like the
-    // others (a storm that comes and goes between two scrapes is a series
-    // born above zero, which rate() cannot show: issue 18).
-    let storm = Netns::new();
-    storm.sysctl("net.ipv4.ip_local_port_range", "10000 65000");
-    let child = storm
-        .command(&churn())
-        .args(["churn", "--threads", "2", "--connections", "30000", "--spread", "4s"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let storm_pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "churn: {}", String::from_utf8_lossy(&out.stdout));
-
-    let culprits = Culprits { ports: client.pid, time_wait: tw_client.pid, listener: listener.pid(), storm: storm_pid };
-    (culprits, vec![ports, tw, lo, storm], vec![holder, tw_server, listener])
 }
 
 /// Grafana's variables as a user choosing "All" sets them.
@@ -333,7 +288,7 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
                     continue;
                 }
                 // A panel about an incident must show it, not zeros.
-                if let Some(pid) = culprits.expected(expr) {
+                if let Some(pid) = expected(&culprits, expr) {
                     if !series.iter().any(|(_, nonzero)| *nonzero) {
                         failures.push(format!("{name}/{title}: only zeros for {promql}"));
                     }

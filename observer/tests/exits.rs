@@ -82,7 +82,7 @@ fn an_exit_storm_is_counted_exactly_and_retired_whole() {
             .map(|p| format!("{p}: {:?}", count(&body, *p)))
             .collect();
         assert!(wrong.is_empty(), "batch {batch}: not 2 refusals each: {wrong:?}");
-        let other = sample(&body, "observer_tcp_connect_errors_total", &["process_pid=\"other\""]);
+        let other = sample(&body, "observer_tcp_connect_errors_total", &["otel_metric_overflow=\"true\""]);
         assert_eq!(other, None, "batch {batch}: nothing folded into other");
         // Then the whole batch goes.
         let body = scrape_until(&daemon, Duration::from_secs(15), |b| pids.iter().all(|p| count(b, *p).is_none()));

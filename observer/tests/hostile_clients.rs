@@ -51,9 +51,9 @@ fn a_flood_of_unfinished_requests_leaves_scrapes_memory_and_shutdown_alone() {
     while Instant::now() < deadline {
         let body = try_get_within(daemon.port, "/metrics", Duration::from_secs(1));
         assert!(
-            body.as_deref().is_ok_and(|b| b.contains("observer_probe_attached")),
+            body.as_deref().is_ok_and(|b| b.contains("observer_probe_info")),
             "scrape {scrapes} during the flood: {:?}",
-            body.map(|_| "no observer_probe_attached")
+            body.map(|_| "no observer_probe_info")
         );
         let health = try_get_within(daemon.port, "/healthz", Duration::from_secs(1));
         assert!(health.is_ok(), "/healthz during the flood: {health:?}");
@@ -63,7 +63,7 @@ fn a_flood_of_unfinished_requests_leaves_scrapes_memory_and_shutdown_alone() {
 
     // The cap was reached: the closed connections are counted and logged.
     let body = try_get_within(daemon.port, "/metrics", Duration::from_secs(1)).unwrap();
-    let evicted = sample(&body, "observer_http_connections_closed_total", &["reason=\"evicted\""]);
+    let evicted = sample(&body, "observer_http_connections_closed_total", &["observer_close_reason=\"evicted\""]);
     assert!(evicted.is_some_and(|n| n > 0), "evictions counted: {evicted:?}");
     assert!(daemon.log().contains("at its cap of"), "{}", daemon.log());
 

@@ -358,9 +358,9 @@ fn daemonset_container_counts_exactly(variant: &str) {
         std::thread::sleep(Duration::from_millis(250));
     }
     assert!(get_within(live_port, &live_path, Duration::from_secs(2)).is_some(), "{variant}: {live_path}");
-    let body = scrape_until(ready_port, Duration::from_secs(10), |b| b.contains("observer_probe_attached"));
+    let body = scrape_until(ready_port, Duration::from_secs(10), |b| b.contains("observer_probe_info"));
     for hook in observer::probes::hooks::HOOKS {
-        let attached = sample(&body, "observer_probe_attached", &[&format!("hook=\"{}\"", hook.name)]);
+        let attached = sample(&body, "observer_probe_info", &[&format!("observer_hook=\"{}\"", hook.name)]);
         assert_eq!(attached, Some(1), "{variant}: hook {} not attached:\n{}", hook.name, container_guard.logs());
     }
     assert!(body.contains(&format!("host_name=\"{node}\"")), "{variant}: the node's name from the downward API");

@@ -296,9 +296,9 @@ fn syns_a_full_syn_queue_drops_are_no_overflows() {
     );
 }
 
-/// observer_kernel_unseen_events_total{event="listen_overflow"}.
+/// observer_kernel_unseen_events_total{observer_event="listen_overflow"}.
 fn unseen_overflows(body: &str) -> Option<u64> {
-    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["event=\"listen_overflow\""])
+    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["observer_event=\"listen_overflow\""])
 }
 
 /// Where programs count overflows, each namespace's own count checks
@@ -317,10 +317,11 @@ fn overflows_the_programs_missed_are_counted_as_unseen() {
     let daemon = common::daemon::start_daemon_with_env(&[], &[("FAILPOINTS", failpoint.as_str())]);
     let attached = |mode: &str| {
         let body =
-            common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| b.contains("observer_probe_attached"));
-        observer_testing::http::sample(&body, "observer_probe_attached", &["hook=\"listen_overflow\"", mode]).is_some()
+            common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| b.contains("observer_probe_info"));
+        observer_testing::http::sample(&body, "observer_probe_info", &["observer_hook=\"listen_overflow\"", mode])
+            .is_some()
     };
-    if attached("mode=\"sock_diag\"") {
+    if attached("observer_probe_mode=\"sock_diag\"") {
         let body = common::daemon::scrape_until(&daemon, Duration::from_secs(5), |_| false);
         assert_eq!(unseen_overflows(&body), None, "no check, no series:\n{body}");
         return;

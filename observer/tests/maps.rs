@@ -9,10 +9,10 @@ use common::daemon::{scrape_until, start_daemon};
 use observer_testing::{Netns, http::sample};
 
 fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
-    let label = format!("map=\"{map}\"");
+    let label = format!("observer_map_name=\"{map}\"");
     (
-        sample(body, "observer_map_entries", &[&label]),
-        sample(body, "observer_map_capacity", &[&label]),
+        sample(body, "observer_map_usage", &[&label]),
+        sample(body, "observer_map_limit", &[&label]),
         sample(body, "observer_map_evictions_total", &[&label]),
     )
 }

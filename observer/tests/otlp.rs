@@ -105,12 +105,13 @@ fn collector_down_then_up(temporality: &str) {
         &[],
     );
     let (_ns, _server, pid, failures) = common::exhaust_ports();
-    let failed = |body: &str| sample(body, "observer_export_failures_total", &["exporter=\"otlp\""]).unwrap_or(0);
+    let failed =
+        |body: &str| sample(body, "observer_export_failures_total", &["observer_exporter=\"otlp\""]).unwrap_or(0);
     let body = scrape_until(&daemon, Duration::from_secs(30), |b| {
         failed(b) >= 3 && sample(b, "observer_tcp_connect_errors_total", &[&format!("process_pid=\"{pid}\"")]).is_some()
     });
     assert!(failed(&body) >= 3, "pushes to a closed port must fail: {body}");
-    let pending = sample(&body, "observer_export_pending_batches", &["exporter=\"otlp\""]).unwrap();
+    let pending = sample(&body, "observer_export_pending_batches", &["observer_exporter=\"otlp\""]).unwrap();
     if temporality == "cumulative" {
         assert_eq!(pending, 1, "cumulative keeps only the newest batch");
     } else {
@@ -134,7 +135,7 @@ fn collector_down_then_up(temporality: &str) {
     let log = daemon.log();
     assert_eq!(log.matches("OTLP export recovered").count(), 1, "{log}");
     let body = daemon.scrape();
-    assert_eq!(sample(&body, "observer_export_pending_batches", &["exporter=\"otlp\""]), Some(0), "{body}");
+    assert_eq!(sample(&body, "observer_export_pending_batches", &["observer_exporter=\"otlp\""]), Some(0), "{body}");
 }
 
 #[test]
@@ -220,10 +221,10 @@ fn https_pushes_verify_the_collector() {
 
         let untrusting = start_daemon_with_env(&args, &[]);
         let body = scrape_until(&untrusting, Duration::from_secs(20), |b| {
-            sample(b, "observer_export_failures_total", &["exporter=\"otlp\""]).is_some_and(|n| n >= 2)
+            sample(b, "observer_export_failures_total", &["observer_exporter=\"otlp\""]).is_some_and(|n| n >= 2)
         });
         assert!(
-            sample(&body, "observer_export_failures_total", &["exporter=\"otlp\""]).is_some_and(|n| n >= 2),
+            sample(&body, "observer_export_failures_total", &["observer_exporter=\"otlp\""]).is_some_and(|n| n >= 2),
             "{protocol}: an unknown CA must be refused: {body}"
         );
         if protocol == "grpc" {

@@ -49,7 +49,7 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
             "pod {name}:\n{}",
             time_wait_lines(&body)
         );
-        let other = sample_sum(&body, "observer_tcp_time_wait_entries_total", &["process_pid=\"other\""]);
+        let other = sample_sum(&body, "observer_tcp_time_wait_entries_total", &["otel_metric_overflow=\"true\""]);
         assert_eq!(other, 0, "nothing folded into other:\n{}", time_wait_lines(&body));
         // The pod is deleted; its unknown owner is retired a grace period
         // after its last count.

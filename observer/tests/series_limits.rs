@@ -29,7 +29,7 @@ fn refused(body: &str, pids: &[u32]) -> (u64, usize, u64) {
     let mine: Vec<(u64, &str)> = samples(body, "observer_tcp_connect_errors_total", "ECONNREFUSED")
         .filter(|(_, s)| pids.iter().any(|p| s.contains(&format!("process_pid=\"{p}\""))))
         .collect();
-    let other: u64 = samples(body, "observer_tcp_connect_errors_total", "process_pid=\"other\"")
+    let other: u64 = samples(body, "observer_tcp_connect_errors_total", "otel_metric_overflow=\"true\"")
         .filter(|(_, s)| s.contains("ECONNREFUSED"))
         .map(|(v, _)| v)
         .sum();
@@ -37,7 +37,9 @@ fn refused(body: &str, pids: &[u32]) -> (u64, usize, u64) {
 }
 
 fn folded(body: &str) -> u64 {
-    samples(body, "observer_series_folded_total", "instrument=\"observer.tcp.connect_errors\"").map(|(v, _)| v).sum()
+    samples(body, "observer_series_folded_total", "observer_instrument=\"observer.tcp.connect_errors\"")
+        .map(|(v, _)| v)
+        .sum()
 }
 
 #[test]
@@ -89,7 +91,9 @@ fn thousands_of_series_are_all_kept_or_folded_by_observer_never_by_the_sdk() {
     assert_eq!(folded(&body), other, "each folded update is counted (one refusal per series here)");
     assert!(!body.contains("otel_metric_overflow"), "the SDK folded series");
     let limit: Vec<u64> =
-        samples(&body, "observer_series_limit", "instrument=\"observer.tcp.connect_errors\"").map(|(v, _)| v).collect();
+        samples(&body, "observer_series_limit", "observer_instrument=\"observer.tcp.connect_errors\"")
+            .map(|(v, _)| v)
+            .collect();
     assert_eq!(limit, [1000]);
     assert!(capped.log().contains("raise --max-series"), "{}", capped.log());
 }

@@ -32,7 +32,7 @@ impl Pod {
         let ns = Netns::new();
         let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
         let inode = std::fs::metadata(ns.path()).unwrap().ino();
-        Self { ns, _server: server, netns_label: format!("network_namespace=\"{inode}\"") }
+        Self { ns, _server: server, netns_label: format!("observer_network_namespace=\"{inode}\"") }
     }
 
     /// `n` more connections to its server, held (the client exits; its
@@ -50,7 +50,7 @@ impl Pod {
     }
 
     fn observer_ports(&self, body: &str) -> Option<u64> {
-        sample(body, "observer_ephemeral_ports_used", &[&self.netns_label, "server_port=\"8080\""])
+        sample(body, "observer_ephemeral_port_usage", &[&self.netns_label, "server_port=\"8080\""])
     }
 }
 
@@ -69,7 +69,7 @@ fn node_with_sockets(cycles: u64) -> Netns {
 }
 
 fn namespaces(body: &str, reading: &str) -> u64 {
-    sample(body, "observer_namespaces", &[&format!("reading=\"{reading}\"")]).unwrap_or(u64::MAX)
+    sample(body, "observer_network_namespace_count", &[&format!("observer_reading=\"{reading}\"")]).unwrap_or(u64::MAX)
 }
 
 /// Until every pod's ports equal `ss` and no namespace waits; the body.
@@ -218,18 +218,18 @@ fn a_pods_namespace_is_named_by_its_pod() {
     let daemon = start_daemon(&["--pod-logs", logs_root.to_str().unwrap()]);
     let inode = std::fs::metadata(ns.path()).unwrap().ino();
     let labels = [
-        format!("network_namespace=\"{inode}\""),
+        format!("observer_network_namespace=\"{inode}\""),
         format!("k8s_pod_uid=\"{uid}\""),
         "k8s_pod_name=\"web-0\"".to_string(),
         "k8s_namespace_name=\"shop\"".to_string(),
     ];
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_ephemeral_ports_limit", &labels).is_some()
+        sample(b, "observer_ephemeral_port_limit", &labels).is_some()
     });
-    assert_eq!(sample(&body, "observer_ephemeral_ports_limit", &labels), Some(10), "{body}");
+    assert_eq!(sample(&body, "observer_ephemeral_port_limit", &labels), Some(10), "{body}");
     // The host's namespace is no pod's.
-    let host = body.lines().find(|l| l.starts_with("observer_ephemeral_ports_limit{") && l.contains("\"host\""));
+    let host = body.lines().find(|l| l.starts_with("observer_ephemeral_port_limit{") && l.contains("\"host\""));
     assert!(host.is_some_and(|l| !l.contains("k8s_pod")), "{host:?}");
     let _ = pod.kill();
     let _ = pod.wait();

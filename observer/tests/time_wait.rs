@@ -71,9 +71,9 @@ fn server_first_close_is_charged_to_the_server() {
     assert_eq!(obs.process(client).time_wait_entries, 0);
 }
 
-/// observer_kernel_unseen_events_total{event="time_wait_entry"}.
+/// observer_kernel_unseen_events_total{observer_event="time_wait_entry"}.
 fn unseen(body: &str) -> Option<u64> {
-    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["event=\"time_wait_entry\""])
+    observer_testing::http::sample(body, "observer_kernel_unseen_events_total", &["observer_event=\"time_wait_entry\""])
 }
 
 /// Where the kernel counts TIME_WAIT sockets only when they end (5.10),

@@ -23,7 +23,7 @@ use observer_common::{lru, names::maps};
 use super::map_err;
 use crate::error::Error;
 
-/// One map's fill, for `observer_map_entries`/`_capacity`/`_evictions_total`.
+/// One map's fill, for `observer_map_usage`/`_limit`/`_evictions_total`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapFill {
     pub map: &'static str,

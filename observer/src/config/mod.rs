@@ -87,31 +87,33 @@ settings! {
     #[arg(long, value_enum, env = "OBSERVER_ATTACH_MODE")]
     attach_mode: AttachMode = Preset::Value(AttachMode::Auto),
 
-    /// Processes that get their own series; more are counted as "other".
+    /// Processes that get their own series; more are counted together in
+    /// one series without process labels, otel_metric_overflow="true".
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_PROCESSES")]
     max_processes: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_processes as u32)),
 
     /// Destinations (address, port) that get their own series; more are
-    /// counted as "other".
+    /// counted without one, otel_metric_overflow="true".
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_DESTINATIONS")]
     max_destinations: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_destinations as u32)),
 
     /// Series each counter may have (e.g. connect errors by process, errno
-    /// and destination); beyond it, new ones are counted in an "other"
-    /// series per errno, and observer_series_folded_total says how often.
-    /// Each costs ~300 bytes and one line per scrape.
+    /// and destination); beyond it, new ones are counted in one series
+    /// per errno marked otel_metric_overflow="true", and
+    /// observer_series_folded_total says how often. Each costs ~300 bytes
+    /// and one line per scrape.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SERIES")]
     max_series: MaxSeries = Preset::Value(MaxSeries(Limits::DEFAULT.max_series as u32)),
 
     /// Live TCP sockets whose owning process the kernel side remembers, to
     /// charge their TIME_WAIT to it (~100 bytes of kernel memory each);
     /// beyond that the least recently used are forgotten. Raise it when
-    /// observer_map_evictions_total{map="SOCK_OWNERS"} grows.
+    /// observer_map_evictions_total{observer_map_name="SOCK_OWNERS"} grows.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]
     max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
 
     /// Network namespaces (pods, the host, `ip netns`) that are read; more
-    /// are left out, and observer_namespaces{reading="unread"} says how
+    /// are left out, and observer_network_namespace_count{observer_reading="unread"} says how
     /// many. Each holds 12 file descriptors of observer's open.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_NAMESPACES")]
     max_namespaces: MaxNamespaces = Preset::Value(MaxNamespaces(1024)),

@@ -1,10 +1,11 @@
 //! The node's gauges: ceilings next to usage per network namespace,
 //! accept queues per listener (with its owner), open files per process.
+//! Names, units and meanings: `contract.rs`.
 use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
 
-use super::{process_attrs, reading, u64_gauge};
+use super::{contract, process_attrs, reading, u64_gauge};
 use crate::{
     attribution::PodLabels,
     snapshot::{NamespaceGauge, Published},
@@ -13,31 +14,33 @@ use crate::{
 /// Each process's open files against its RLIMIT_NOFILE (the processes
 /// with series: those that connect, accept or listen).
 pub(super) fn register_open_files(meter: &Meter, published: &Arc<Published>) {
-    type Pick = fn(&crate::node::files::OpenFiles) -> u64;
-    let gauges: [(&str, &str, Pick); 2] = [
-        (
-            "observer.process.open_files",
-            "Open file descriptors of the process; at observer_process_open_files_limit, accept() and socket() \
-             fail with EMFILE",
-            |f| f.open,
-        ),
-        ("observer.process.open_files.limit", "The process's soft RLIMIT_NOFILE", |f| f.limit),
-    ];
-    for (name, description, pick) in gauges {
-        u64_gauge(meter, published, name, description, "{file}", move |st, obs| {
+    let open = &contract::OPEN_FILE_DESCRIPTORS;
+    meter
+        .i64_observable_up_down_counter(open.name)
+        .with_description(open.description)
+        .with_unit(open.unit)
+        .with_callback(reading(published, move |st, obs| {
             let mut attrs = Vec::with_capacity(7);
             for (who, files) in &st.node.open_files {
                 attrs.clear();
                 process_attrs(who, &mut attrs);
-                obs.observe(pick(files), &attrs);
+                obs.observe(i64::try_from(files.open).unwrap_or(i64::MAX), &attrs);
             }
-        });
-    }
+        }))
+        .build();
+    u64_gauge(meter, published, &contract::OPEN_FILE_DESCRIPTOR_LIMIT, move |st, obs| {
+        let mut attrs = Vec::with_capacity(7);
+        for (who, files) in &st.node.open_files {
+            attrs.clear();
+            process_attrs(who, &mut attrs);
+            obs.observe(files.limit, &attrs);
+        }
+    });
 }
 
 /// A network namespace: its name, and its pod's labels when it is a pod's.
 fn netns_attrs(name: &str, pod: Option<&PodLabels>, out: &mut Vec<KeyValue>) {
-    out.push(KeyValue::new("network_namespace", name.to_string()));
+    out.push(KeyValue::new("observer.network_namespace", name.to_string()));
     if let Some(pod) = pod {
         out.push(KeyValue::new("k8s.pod.uid", pod.pod_uid.clone()));
         for (key, value) in [("k8s.pod.name", &pod.pod_name), ("k8s.namespace.name", &pod.namespace)] {
@@ -58,32 +61,21 @@ fn destination_attrs(ns: &NamespaceGauge, d: &crate::node::usage::Destination) -
     attrs
 }
 
-/// Ceilings next to usage, per network namespace (`network_namespace`:
-/// "host" or the namespace's inode number).
+/// Ceilings next to usage, per network namespace
+/// (`observer.network_namespace`: "host" or the namespace's inode number).
 pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
-    u64_gauge(
-        meter,
-        published,
-        "observer.ephemeral_ports.used",
-        "Local ports of the ephemeral range in use toward a destination (all states holding one, TIME_WAIT \
-         included), for the most used destinations of each namespace; compare with \
-         observer_ephemeral_ports_limit: connect() fails with EADDRNOTAVAIL at the limit",
-        "{port}",
-        move |st, obs| {
-            for ns in &st.node.namespaces {
-                for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
-                    obs.observe(d.used.into(), &destination_attrs(ns, d));
-                }
+    u64_gauge(meter, published, &contract::EPHEMERAL_PORT_USAGE, move |st, obs| {
+        for ns in &st.node.namespaces {
+            for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
+                obs.observe(d.used.into(), &destination_attrs(ns, d));
             }
-        },
-    );
+        }
+    });
+    let exhaustion = &contract::EPHEMERAL_PORT_TIME_TO_EXHAUSTION;
     meter
-        .f64_observable_gauge("observer.ephemeral_ports.exhaustion")
-        .with_description(
-            "Seconds until no ephemeral port is left toward a destination, at the rate its use grew over the last \
-             minute (0: exhausted); only for destinations whose use is growing",
-        )
-        .with_unit("s")
+        .f64_observable_gauge(exhaustion.name)
+        .with_description(exhaustion.description)
+        .with_unit(exhaustion.unit)
         .with_callback(reading(published, move |st, obs| {
             for ns in &st.node.namespaces {
                 for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
@@ -93,49 +85,51 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
             }
         }))
         .build();
-    type NetnsPick = fn(&crate::node::NetnsUsage) -> Option<u64>;
-    let per_netns: [(&str, &str, &str, NetnsPick); 3] = [
-        (
-            "observer.ephemeral_ports.limit",
-            "Local ports connect() can use toward one destination: ip_local_port_range minus the reserved ports",
-            "{port}",
-            |u| Some(u.settings.ephemeral_ports().into()),
-        ),
-        (
-            "observer.time_wait.sockets",
-            "TCP sockets in TIME_WAIT now (ss state time-wait), from the namespace's latest dump",
-            "{socket}",
-            |u| u.counts.as_ref().map(|c| c.time_wait),
-        ),
-        (
-            "observer.time_wait.limit",
-            "net.ipv4.tcp_max_tw_buckets: beyond it, sockets skip TIME_WAIT (TCPTimeWaitOverflow)",
-            "{socket}",
-            |u| Some(u.settings.tcp_max_tw_buckets.into()),
-        ),
-    ];
-    for (name, description, unit, pick) in per_netns {
-        u64_gauge(meter, published, name, description, unit, move |st, obs| {
-            let mut attrs = Vec::with_capacity(4);
+    let time_wait = &contract::CONNECTION_COUNT;
+    meter
+        .i64_observable_up_down_counter(time_wait.name)
+        .with_description(time_wait.description)
+        .with_unit(time_wait.unit)
+        .with_callback(reading(published, move |st, obs| {
+            let mut attrs = Vec::with_capacity(6);
             for ns in &st.node.namespaces {
-                let Some(value) = pick(&ns.usage) else { continue };
+                let Some(counts) = &ns.usage.counts else { continue };
                 attrs.clear();
                 netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
-                obs.observe(value, &attrs);
+                attrs.push(KeyValue::new("network.connection.state", "time_wait"));
+                attrs.push(KeyValue::new("network.transport", "tcp"));
+                obs.observe(i64::try_from(counts.time_wait).unwrap_or(i64::MAX), &attrs);
+            }
+        }))
+        .build();
+
+    type NetnsPick = fn(&crate::node::NetnsUsage) -> u64;
+    let per_netns: [(&'static contract::Instrument, NetnsPick); 8] = [
+        (&contract::EPHEMERAL_PORT_LIMIT, |u| u.settings.ephemeral_ports().into()),
+        (&contract::SYSCTL_PORT_RANGE_LOW, |u| u.settings.ip_local_port_range.0.into()),
+        (&contract::SYSCTL_PORT_RANGE_HIGH, |u| u.settings.ip_local_port_range.1.into()),
+        (&contract::SYSCTL_TCP_FIN_TIMEOUT, |u| u.settings.tcp_fin_timeout.into()),
+        (&contract::SYSCTL_TCP_TW_REUSE, |u| u.settings.tcp_tw_reuse.into()),
+        (&contract::SYSCTL_SOMAXCONN, |u| u.settings.somaxconn.into()),
+        (&contract::SYSCTL_TCP_MAX_SYN_BACKLOG, |u| u.settings.tcp_max_syn_backlog.into()),
+        (&contract::SYSCTL_TCP_MAX_TW_BUCKETS, |u| u.settings.tcp_max_tw_buckets.into()),
+    ];
+    for (instrument, pick) in per_netns {
+        u64_gauge(meter, published, instrument, move |st, obs| {
+            let mut attrs = Vec::with_capacity(4);
+            for ns in &st.node.namespaces {
+                attrs.clear();
+                netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
+                obs.observe(pick(&ns.usage), &attrs);
             }
         });
     }
+
     type QueuePick = fn(&crate::node::sock_diag::Listener) -> u64;
-    let queues: [(&str, &str, QueuePick); 2] = [
-        ("observer.listen_queue.length", "Connections waiting in a listener's accept queue (ss -lnt Recv-Q)", |q| {
-            q.queued.into()
-        }),
-        ("observer.listen_queue.limit", "A listener's accept queue limit, its backlog (ss -lnt Send-Q)", |q| {
-            q.backlog.into()
-        }),
-    ];
-    for (name, description, pick) in queues {
-        u64_gauge(meter, published, name, description, "{connection}", move |st, obs| {
+    let queues: [(&'static contract::Instrument, QueuePick); 2] =
+        [(&contract::LISTEN_QUEUE_USAGE, |q| q.queued.into()), (&contract::LISTEN_QUEUE_LIMIT, |q| q.backlog.into())];
+    for (instrument, pick) in queues {
+        u64_gauge(meter, published, instrument, move |st, obs| {
             let mut attrs = Vec::with_capacity(10);
             for gauge in &st.node.listeners {
                 let q = &gauge.listener;
@@ -146,7 +140,7 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
                 // the namespace's pod.
                 match &gauge.owner {
                     Some(owner) => {
-                        attrs.push(KeyValue::new("network_namespace", gauge.netns.clone()));
+                        attrs.push(KeyValue::new("observer.network_namespace", gauge.netns.clone()));
                         process_attrs(owner, &mut attrs);
                     }
                     None => netns_attrs(&gauge.netns, gauge.pod.as_deref(), &mut attrs),
@@ -155,31 +149,4 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
             }
         });
     }
-    meter
-        .u64_observable_gauge("observer.net.setting")
-        .with_description(
-            "The namespace's settings that bound connections: ip_local_port_range_low/high, tcp_fin_timeout, \
-             tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets",
-        )
-        .with_callback(reading(published, move |st, obs| {
-            let mut attrs = Vec::with_capacity(5);
-            for ns in &st.node.namespaces {
-                let s = &ns.usage.settings;
-                for (setting, value) in [
-                    ("ip_local_port_range_low", u32::from(s.ip_local_port_range.0)),
-                    ("ip_local_port_range_high", u32::from(s.ip_local_port_range.1)),
-                    ("tcp_fin_timeout", s.tcp_fin_timeout),
-                    ("tcp_tw_reuse", s.tcp_tw_reuse),
-                    ("somaxconn", s.somaxconn),
-                    ("tcp_max_syn_backlog", s.tcp_max_syn_backlog),
-                    ("tcp_max_tw_buckets", s.tcp_max_tw_buckets),
-                ] {
-                    attrs.clear();
-                    netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
-                    attrs.push(KeyValue::new("setting", setting));
-                    obs.observe(value.into(), &attrs);
-                }
-            }
-        }))
-        .build();
 }

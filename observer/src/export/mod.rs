@@ -3,6 +3,7 @@
 //! because the totals are computed by the round; and because the SDK then
 //! reports only the series observed in each collection, a retired
 //! process's series vanish.
+pub mod contract;
 mod gauges;
 mod health;
 pub mod http;
@@ -148,10 +149,17 @@ fn process_attrs(who: &Who, out: &mut Vec<KeyValue>) {
                 }
             }
         }
-        Who::Other => {
-            out.push(KeyValue::new("process.pid", "other"));
-            out.push(KeyValue::new("process.executable.name", "other"));
-        }
+        // What a cap folded: no process, marked as OpenTelemetry marks it.
+        Who::Other => mark_overflow(out),
+    }
+}
+
+/// Mark a series as counting what a cap folded (`otel.metric.overflow`,
+/// as OpenTelemetry's SDK marks its own), once.
+fn mark_overflow(out: &mut Vec<KeyValue>) {
+    const KEY: &str = "otel.metric.overflow";
+    if !out.iter().any(|kv| kv.key.as_str() == KEY) {
+        out.push(KeyValue::new(KEY, true));
     }
 }
 
@@ -161,19 +169,35 @@ pub fn errno_name(errno: u32) -> String {
     if e == nix::errno::Errno::UnknownErrno { format!("errno_{errno}") } else { format!("{e:?}") }
 }
 
-/// A u64 gauge whose callback `read`s the latest snapshot.
+/// A u64 gauge of the contract whose callback `read`s the latest snapshot.
 fn u64_gauge(
     meter: &opentelemetry::metrics::Meter,
     published: &Arc<Published>,
-    name: &'static str,
-    description: &'static str,
-    unit: &'static str,
+    instrument: &'static contract::Instrument,
     read: impl Fn(&Snapshot, &dyn AsyncInstrument<u64>) + Send + Sync + 'static,
 ) {
+    debug_assert_eq!(instrument.kind, contract::Kind::Gauge, "{}", instrument.name);
     meter
-        .u64_observable_gauge(name)
-        .with_description(description)
-        .with_unit(unit)
+        .u64_observable_gauge(instrument.name)
+        .with_description(instrument.description)
+        .with_unit(instrument.unit)
+        .with_callback(reading(published, read))
+        .build();
+}
+
+/// A u64 counter of the contract whose callback `read`s the latest
+/// snapshot.
+fn u64_counter(
+    meter: &opentelemetry::metrics::Meter,
+    published: &Arc<Published>,
+    instrument: &'static contract::Instrument,
+    read: impl Fn(&Snapshot, &dyn AsyncInstrument<u64>) + Send + Sync + 'static,
+) {
+    debug_assert_eq!(instrument.kind, contract::Kind::Counter, "{}", instrument.name);
+    meter
+        .u64_observable_counter(instrument.name)
+        .with_description(instrument.description)
+        .with_unit(instrument.unit)
         .with_callback(reading(published, read))
         .build();
 }

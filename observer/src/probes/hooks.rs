@@ -42,7 +42,7 @@ impl fmt::Display for Mode {
     }
 }
 
-/// One attached hook, as logged and exported (`observer_probe_attached`).
+/// One attached hook, as logged and exported (`observer_probe_info`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attachment {
     pub hook: &'static str,

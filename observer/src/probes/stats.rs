@@ -9,7 +9,7 @@
 //! kprobe and classic tracepoint programs since 6.7; older kernels skip
 //! those silently, so their programs get no series (a zero would claim
 //! nothing was skipped) and observer says so at start and in
-//! `observer_probe_attached{missed_events="uncounted"}`.
+//! `observer_probe_info{observer_probe_missed_events="uncounted"}`.
 //!
 //! aya 0.14's `ProgramInfo` does not expose `recursion_misses`, so the info
 //! is read with BPF_OBJ_GET_INFO_BY_FD directly.

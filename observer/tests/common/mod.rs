@@ -6,6 +6,7 @@
 
 pub mod daemon;
 pub mod flood;
+pub mod incidents;
 pub mod manifests;
 pub mod pods;
 pub mod prometheus;

@@ -1,0 +1,57 @@
+//! The incidents observer exists for, reproduced in namespaces with the
+//! kernel's ground truth checked: port exhaustion, TIME_WAIT, a listen
+//! overflow, a connection storm. Shared by the tests that need every
+//! signal to have data (the dashboards on a real Prometheus, the metric
+//! contract).
+use observer_testing::{Netns, Server, churn};
+
+/// The processes behind each incident, as the kernel's ground truth saw
+/// them.
+pub struct Culprits {
+    pub ports: u32,
+    pub time_wait: u32,
+    pub listener: u32,
+    pub storm: u32,
+}
+
+/// The four incidents, each spread over a few seconds so that the scrapes
+/// see the counters grow (as in a real incident), each in its namespace.
+/// The namespaces and servers are returned to be kept alive.
+pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
+    // Port exhaustion: 6 ports, 9 held connections, 3 EADDRNOTAVAIL.
+    let ports = Netns::new();
+    ports.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
+    let holder = ports.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let client = ports.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold", "--spread", "6s"]);
+    assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (6, 3), "{client:?}");
+
+    // TIME_WAIT: client-first close, 25 connections.
+    let tw = Netns::new();
+    let tw_server = tw.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
+    let tw_client = tw.client(&["--to", "127.0.0.1:7000", "--count", "25", "--spread", "5s"]);
+    assert_eq!(tw_client.connected, 25);
+
+    // Listen overflow: a listener that never accepts, backlog 1.
+    let lo = Netns::new();
+    let listener = lo.serve(&["--listen", "127.0.0.1:8081", "--backlog", "1", "--never-accept"]);
+    lo.client(&["--to", "127.0.0.1:8081", "--count", "12", "--nonblocking", "200ms", "--spread", "4s"]);
+    assert!(lo.nstat("TcpExtListenOverflows") > 0, "the listener must overflow");
+
+    // A connection storm: connect, accept, close, spread over 4 s like the
+    // others (a storm that comes and goes between two scrapes is a series
+    // born above zero, which rate() cannot show: issue 18).
+    let storm = Netns::new();
+    storm.sysctl("net.ipv4.ip_local_port_range", "10000 65000");
+    let child = storm
+        .command(&churn())
+        .args(["churn", "--threads", "2", "--connections", "30000", "--spread", "4s"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let storm_pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "churn: {}", String::from_utf8_lossy(&out.stdout));
+
+    let culprits = Culprits { ports: client.pid, time_wait: tw_client.pid, listener: listener.pid(), storm: storm_pid };
+    (culprits, vec![ports, tw, lo, storm], vec![holder, tw_server, listener])
+}

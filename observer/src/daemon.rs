@@ -188,7 +188,7 @@ fn raise_open_files_limit(max_namespaces: usize) {
             limit = hard,
             needed,
             "the open files limit may be short for --max-namespaces (each namespace holds {FILES_PER_NAMESPACE} \
-             files open): namespaces beyond it are counted in observer_network_namespace_count{{observer_reading=\"unread\"}}; raise \
+             files open): namespaces beyond it are counted in observer_network_namespace_usage{{observer_reading=\"unread\"}}; raise \
              the hard RLIMIT_NOFILE (LimitNOFILE=, ulimit -Hn) or lower --max-namespaces"
         );
     }

@@ -440,7 +440,7 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     );
     let tw = ns.command("ss").args(["-Htan", "state", "time-wait"]).output().unwrap();
     let tw = String::from_utf8_lossy(&tw.stdout).lines().count() as u64;
-    assert_eq!(sample(&body, "system_network_connection_count", &[&netns]), Some(tw));
+    assert_eq!(sample(&body, "observer_time_wait_usage", &[&netns]), Some(tw));
     assert_eq!(sample(&body, "observer_sysctl_net_ipv4_ip_local_port_range_low", &[&netns]), Some(41000));
     let host_buckets = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap();
     assert_eq!(
@@ -455,9 +455,9 @@ fn ceilings_are_exported_next_to_usage_per_namespace() {
     let fds = std::fs::read_dir(format!("/proc/{}/fd", a.pid())).unwrap().count() as u64;
     assert!(fds >= 11, "listener and 10 connections: {fds}");
     let body = common::daemon::scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "process_open_file_descriptor_count", &[&pid]) == Some(fds)
+        sample(b, "observer_process_open_file_descriptor_usage", &[&pid]) == Some(fds)
     });
-    assert_eq!(sample(&body, "process_open_file_descriptor_count", &[&pid]), Some(fds), "{body}");
+    assert_eq!(sample(&body, "observer_process_open_file_descriptor_usage", &[&pid]), Some(fds), "{body}");
     assert_eq!(sample(&body, "observer_process_open_file_descriptor_limit", &[&pid]), Some(64), "{body}");
 }
 

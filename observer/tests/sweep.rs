@@ -69,7 +69,7 @@ fn node_with_sockets(cycles: u64) -> Netns {
 }
 
 fn namespaces(body: &str, reading: &str) -> u64 {
-    sample(body, "observer_network_namespace_count", &[&format!("observer_reading=\"{reading}\"")]).unwrap_or(u64::MAX)
+    sample(body, "observer_network_namespace_usage", &[&format!("observer_reading=\"{reading}\"")]).unwrap_or(u64::MAX)
 }
 
 /// Until every pod's ports equal `ss` and no namespace waits; the body.

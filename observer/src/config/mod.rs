@@ -113,7 +113,7 @@ settings! {
     max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
 
     /// Network namespaces (pods, the host, `ip netns`) that are read; more
-    /// are left out, and observer_network_namespace_count{observer_reading="unread"} says how
+    /// are left out, and observer_network_namespace_usage{observer_reading="unread"} says how
     /// many. Each holds 12 file descriptors of observer's open.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_NAMESPACES")]
     max_namespaces: MaxNamespaces = Preset::Value(MaxNamespaces(1024)),

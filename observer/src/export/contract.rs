@@ -5,11 +5,16 @@
 //! the Prometheus endpoint and the OTLP push to it.
 //!
 //! Names follow the OpenTelemetry semantic conventions where one exists
+//! (attributes: `server.*`, `error.type`, `network.type`, `process.*`,
+//! `k8s.*`, `otel.metric.overflow`), else live under `observer.`; usage next
+//! to a limit is `.usage`/`.limit`. The conventions' gauges named `.count`
 //! (`process.open_file_descriptor.count`,
-//! `system.network.connection.count`, `server.*`, `error.type`, `k8s.*`),
-//! else live under `observer.`; usage next to a limit is `.usage`/`.limit`;
-//! the Prometheus name is derived as OpenTelemetry's Prometheus exporter
-//! does (dots to underscores, unit suffix, `_total` for counters).
+//! `system.network.connection.count`) are not used: their Prometheus names
+//! would end in `_count`, which Prometheus reserves for histograms and
+//! summaries (`promtool check metrics` rejects them), so those are
+//! `.usage` here too. The Prometheus name is derived as OpenTelemetry's
+//! Prometheus exporter does (dots to underscores, unit suffix, `_total` for
+//! counters).
 
 /// How an instrument's values behave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,11 +192,6 @@ const NETWORK_NAMESPACE: &[Attribute] = &[
 const SOURCE: &[Attribute] =
     &[Attribute { key: "source.address", ty: Type::String, meaning: "The local address connections leave from" }];
 
-const CONNECTION_STATE: &[Attribute] = &[
-    Attribute { key: "network.connection.state", ty: Type::String, meaning: "`time_wait`" },
-    Attribute { key: "network.transport", ty: Type::String, meaning: "`tcp`" },
-];
-
 const HOOK: Attribute = Attribute {
     key: "observer.hook",
     ty: Type::String,
@@ -256,8 +256,8 @@ pub const TCP_LISTEN_OVERFLOWS: Instrument = Instrument {
 // The node's ceilings, next to their usage.
 
 pub const OPEN_FILE_DESCRIPTORS: Instrument = Instrument {
-    name: "process.open_file_descriptor.count",
-    kind: Kind::UpDownCounter,
+    name: "observer.process.open_file_descriptor.usage",
+    kind: Kind::Gauge,
     unit: "{file_descriptor}",
     description: "Open file descriptors of the process (those that connect, accept or listen); at \
                   observer.process.open_file_descriptor.limit, accept() and socket() fail with EMFILE",
@@ -300,13 +300,13 @@ pub const EPHEMERAL_PORT_TIME_TO_EXHAUSTION: Instrument = Instrument {
     attributes: &[NETWORK_NAMESPACE, SOURCE, DESTINATION],
 };
 
-pub const CONNECTION_COUNT: Instrument = Instrument {
-    name: "system.network.connection.count",
-    kind: Kind::UpDownCounter,
+pub const TIME_WAIT_USAGE: Instrument = Instrument {
+    name: "observer.time_wait.usage",
+    kind: Kind::Gauge,
     unit: "{connection}",
     description: "TCP sockets in TIME_WAIT now (ss state time-wait), from the namespace's latest dump; beyond \
                   observer.sysctl.net.ipv4.tcp_max_tw_buckets, sockets skip TIME_WAIT",
-    attributes: &[NETWORK_NAMESPACE, CONNECTION_STATE],
+    attributes: &[NETWORK_NAMESPACE],
 };
 
 pub const LISTEN_QUEUE_USAGE: Instrument = Instrument {
@@ -437,11 +437,11 @@ pub const COLLECTION_FAILURES: Instrument = Instrument {
     attributes: &[],
 };
 
-pub const NETWORK_NAMESPACE_COUNT: Instrument = Instrument {
-    name: "observer.network_namespace.count",
+pub const NETWORK_NAMESPACE_USAGE: Instrument = Instrument {
+    name: "observer.network_namespace.usage",
     kind: Kind::Gauge,
     unit: "{namespace}",
-    description: "Network namespaces by how the last round read them",
+    description: "Network namespaces by how the last round read them (at most --max-namespaces are read)",
     attributes: &[&[Attribute {
         key: "observer.reading",
         ty: Type::String,
@@ -563,7 +563,7 @@ pub const ALL: &[&Instrument] = &[
     &EPHEMERAL_PORT_USAGE,
     &EPHEMERAL_PORT_LIMIT,
     &EPHEMERAL_PORT_TIME_TO_EXHAUSTION,
-    &CONNECTION_COUNT,
+    &TIME_WAIT_USAGE,
     &LISTEN_QUEUE_USAGE,
     &LISTEN_QUEUE_LIMIT,
     &SYSCTL_PORT_RANGE_LOW,
@@ -579,7 +579,7 @@ pub const ALL: &[&Instrument] = &[
     &KERNEL_UNSEEN_EVENTS,
     &COLLECTION_DURATION,
     &COLLECTION_FAILURES,
-    &NETWORK_NAMESPACE_COUNT,
+    &NETWORK_NAMESPACE_USAGE,
     &MAP_USAGE,
     &MAP_LIMIT,
     &MAP_EVICTIONS,
@@ -604,7 +604,8 @@ pub fn markdown() -> String {
          integers, no instrument that is not here. Breaking changes are listed in\n\
          `CHANGELOG.md`.\n\n\
          Names follow the OpenTelemetry semantic conventions where one exists,\n\
-         else live under `observer.`. The Prometheus name is OpenTelemetry's:\n\
+         else live under `observer.` (gauges the conventions name `.count` are\n\
+         `.usage` here: Prometheus reserves `_count` for histograms). The Prometheus name is OpenTelemetry's:\n\
          dots become underscores, the unit adds a suffix (`s`: `_seconds`;\n\
          `{...}` adds none), counters end in `_total`; attribute keys become\n\
          labels the same way (`process.pid`: `process_pid`).\n\n\
@@ -677,7 +678,7 @@ mod tests {
             EPHEMERAL_PORT_TIME_TO_EXHAUSTION.prometheus_name(),
             "observer_ephemeral_port_time_to_exhaustion_seconds"
         );
-        assert_eq!(OPEN_FILE_DESCRIPTORS.prometheus_name(), "process_open_file_descriptor_count");
+        assert_eq!(OPEN_FILE_DESCRIPTORS.prometheus_name(), "observer_process_open_file_descriptor_usage");
     }
 
     /// docs/metrics.md is this module rendered (OBSERVER_BLESS=1 writes it).

@@ -14,28 +14,19 @@ use crate::{
 /// Each process's open files against its RLIMIT_NOFILE (the processes
 /// with series: those that connect, accept or listen).
 pub(super) fn register_open_files(meter: &Meter, published: &Arc<Published>) {
-    let open = &contract::OPEN_FILE_DESCRIPTORS;
-    meter
-        .i64_observable_up_down_counter(open.name)
-        .with_description(open.description)
-        .with_unit(open.unit)
-        .with_callback(reading(published, move |st, obs| {
+    type Pick = fn(&crate::node::files::OpenFiles) -> u64;
+    let gauges: [(&'static contract::Instrument, Pick); 2] =
+        [(&contract::OPEN_FILE_DESCRIPTORS, |f| f.open), (&contract::OPEN_FILE_DESCRIPTOR_LIMIT, |f| f.limit)];
+    for (instrument, pick) in gauges {
+        u64_gauge(meter, published, instrument, move |st, obs| {
             let mut attrs = Vec::with_capacity(7);
             for (who, files) in &st.node.open_files {
                 attrs.clear();
                 process_attrs(who, &mut attrs);
-                obs.observe(i64::try_from(files.open).unwrap_or(i64::MAX), &attrs);
+                obs.observe(pick(files), &attrs);
             }
-        }))
-        .build();
-    u64_gauge(meter, published, &contract::OPEN_FILE_DESCRIPTOR_LIMIT, move |st, obs| {
-        let mut attrs = Vec::with_capacity(7);
-        for (who, files) in &st.node.open_files {
-            attrs.clear();
-            process_attrs(who, &mut attrs);
-            obs.observe(files.limit, &attrs);
-        }
-    });
+        });
+    }
 }
 
 /// A network namespace: its name, and its pod's labels when it is a pod's.
@@ -85,42 +76,27 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
             }
         }))
         .build();
-    let time_wait = &contract::CONNECTION_COUNT;
-    meter
-        .i64_observable_up_down_counter(time_wait.name)
-        .with_description(time_wait.description)
-        .with_unit(time_wait.unit)
-        .with_callback(reading(published, move |st, obs| {
-            let mut attrs = Vec::with_capacity(6);
-            for ns in &st.node.namespaces {
-                let Some(counts) = &ns.usage.counts else { continue };
-                attrs.clear();
-                netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
-                attrs.push(KeyValue::new("network.connection.state", "time_wait"));
-                attrs.push(KeyValue::new("network.transport", "tcp"));
-                obs.observe(i64::try_from(counts.time_wait).unwrap_or(i64::MAX), &attrs);
-            }
-        }))
-        .build();
-
-    type NetnsPick = fn(&crate::node::NetnsUsage) -> u64;
-    let per_netns: [(&'static contract::Instrument, NetnsPick); 8] = [
-        (&contract::EPHEMERAL_PORT_LIMIT, |u| u.settings.ephemeral_ports().into()),
-        (&contract::SYSCTL_PORT_RANGE_LOW, |u| u.settings.ip_local_port_range.0.into()),
-        (&contract::SYSCTL_PORT_RANGE_HIGH, |u| u.settings.ip_local_port_range.1.into()),
-        (&contract::SYSCTL_TCP_FIN_TIMEOUT, |u| u.settings.tcp_fin_timeout.into()),
-        (&contract::SYSCTL_TCP_TW_REUSE, |u| u.settings.tcp_tw_reuse.into()),
-        (&contract::SYSCTL_SOMAXCONN, |u| u.settings.somaxconn.into()),
-        (&contract::SYSCTL_TCP_MAX_SYN_BACKLOG, |u| u.settings.tcp_max_syn_backlog.into()),
-        (&contract::SYSCTL_TCP_MAX_TW_BUCKETS, |u| u.settings.tcp_max_tw_buckets.into()),
+    type NetnsPick = fn(&crate::node::NetnsUsage) -> Option<u64>;
+    let per_netns: [(&'static contract::Instrument, NetnsPick); 9] = [
+        (&contract::EPHEMERAL_PORT_LIMIT, |u| Some(u.settings.ephemeral_ports().into())),
+        (&contract::TIME_WAIT_USAGE, |u| u.counts.as_ref().map(|c| c.time_wait)),
+        (&contract::SYSCTL_PORT_RANGE_LOW, |u| Some(u.settings.ip_local_port_range.0.into())),
+        (&contract::SYSCTL_PORT_RANGE_HIGH, |u| Some(u.settings.ip_local_port_range.1.into())),
+        (&contract::SYSCTL_TCP_FIN_TIMEOUT, |u| Some(u.settings.tcp_fin_timeout.into())),
+        (&contract::SYSCTL_TCP_TW_REUSE, |u| Some(u.settings.tcp_tw_reuse.into())),
+        (&contract::SYSCTL_SOMAXCONN, |u| Some(u.settings.somaxconn.into())),
+        (&contract::SYSCTL_TCP_MAX_SYN_BACKLOG, |u| Some(u.settings.tcp_max_syn_backlog.into())),
+        (&contract::SYSCTL_TCP_MAX_TW_BUCKETS, |u| Some(u.settings.tcp_max_tw_buckets.into())),
     ];
     for (instrument, pick) in per_netns {
         u64_gauge(meter, published, instrument, move |st, obs| {
             let mut attrs = Vec::with_capacity(4);
             for ns in &st.node.namespaces {
+                // TIME_WAIT of a namespace never dumped yet: no value.
+                let Some(value) = pick(&ns.usage) else { continue };
                 attrs.clear();
                 netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
-                obs.observe(pick(&ns.usage), &attrs);
+                obs.observe(value, &attrs);
             }
         });
     }

@@ -54,7 +54,7 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, &contract::COLLECTION_FAILURES, move |st, obs| {
         obs.observe(st.rounds.failures, &[]);
     });
-    u64_gauge(meter, published, &contract::NETWORK_NAMESPACE_COUNT, move |st, obs| {
+    u64_gauge(meter, published, &contract::NETWORK_NAMESPACE_USAGE, move |st, obs| {
         let c = &st.node.sweep;
         for (reading, value) in [("current", c.current), ("deferred", c.deferred), ("unread", c.unread)] {
             obs.observe(value, &[KeyValue::new("observer.reading", reading)]);

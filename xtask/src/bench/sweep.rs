@@ -166,9 +166,9 @@ fn wait_for_first_readings(port: u16, pods: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let body = scrape(port).unwrap_or_default();
-        let current = sample(&body, "observer_network_namespace_count", &["observer_reading=\"current\""]).unwrap_or(0);
+        let current = sample(&body, "observer_network_namespace_usage", &["observer_reading=\"current\""]).unwrap_or(0);
         let deferred =
-            sample(&body, "observer_network_namespace_count", &["observer_reading=\"deferred\""]).unwrap_or(1);
+            sample(&body, "observer_network_namespace_usage", &["observer_reading=\"deferred\""]).unwrap_or(1);
         if current > pods as u64 && deferred == 0 {
             return Ok(());
         }

@@ -14,13 +14,15 @@ use crate::{run_cmd, toolchain, workspace_root};
 /// bpf-linker version; 0.13 supports LLVM 21, 22 and 23 by feature.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl, iptables.
+/// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl, iptables,
+/// jsonnet (renders the monitoring mixin).
 const PACKAGES: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("nstat", "iproute2"),
     ("setpriv", "util-linux"),
     ("sysctl", "procps"),
     ("iptables", "iptables"),
+    ("jsonnet", "jsonnet"),
 ];
 
 /// Where setup installs its tools.

@@ -1,6 +1,7 @@
 //! The incidents observer exists for, reproduced in namespaces with the
 //! kernel's ground truth checked: port exhaustion, TIME_WAIT, a listen
-//! overflow, a connection storm. Shared by the tests that need every
+//! overflow, a connection storm, and failures that all come at a series'
+//! birth. Shared by the tests that need every
 //! signal to have data (the dashboards on a real Prometheus, the metric
 //! contract).
 use observer_testing::{Netns, Server, churn};
@@ -9,6 +10,10 @@ use observer_testing::{Netns, Server, churn};
 /// them.
 pub struct Culprits {
     pub ports: u32,
+    /// A client whose EADDRNOTAVAIL all came in one burst at its start
+    /// (its series is born above zero), and how many.
+    pub burst: u32,
+    pub burst_errors: u64,
     pub time_wait: u32,
     pub listener: u32,
     pub storm: u32,
@@ -24,6 +29,14 @@ pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
     let holder = ports.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
     let client = ports.client(&["--to", "127.0.0.1:8080", "--count", "9", "--hold", "--spread", "6s"]);
     assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (6, 3), "{client:?}");
+
+    // The same at a series' birth: two ports, five attempts at once, the
+    // three failures within one round (a short job that fails and exits).
+    let burst = Netns::new();
+    burst.sysctl("net.ipv4.ip_local_port_range", "42000 42001");
+    let burst_holder = burst.serve(&["--listen", "127.0.0.1:8080", "--hold"]);
+    let burst_client = burst.client(&["--to", "127.0.0.1:8080", "--count", "5", "--hold"]);
+    assert_eq!((burst_client.connected, burst_client.errors("EADDRNOTAVAIL")), (2, 3), "{burst_client:?}");
 
     // TIME_WAIT: client-first close, 25 connections.
     let tw = Netns::new();
@@ -52,6 +65,13 @@ pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "churn: {}", String::from_utf8_lossy(&out.stdout));
 
-    let culprits = Culprits { ports: client.pid, time_wait: tw_client.pid, listener: listener.pid(), storm: storm_pid };
-    (culprits, vec![ports, tw, lo, storm], vec![holder, tw_server, listener])
+    let culprits = Culprits {
+        ports: client.pid,
+        burst: burst_client.pid,
+        burst_errors: burst_client.errors("EADDRNOTAVAIL"),
+        time_wait: tw_client.pid,
+        listener: listener.pid(),
+        storm: storm_pid,
+    };
+    (culprits, vec![ports, burst, tw, lo, storm], vec![holder, burst_holder, tw_server, listener])
 }

@@ -1,0 +1,302 @@
+// observer's alert rules, as a monitoring mixin (prometheusAlerts).
+// Rendered into ../alerts.yaml (the dashboards test keeps it equal:
+// OBSERVER_BLESS=1 writes it); edit here. Selectors and thresholds come
+// from $._config (config.libsonnet).
+{
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'observer-connections',
+        rules: [
+          {
+            alert: 'ObserverEphemeralPortsExhausted',
+            expr: |||
+              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
+                increase(observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"}[1m])
+              ) > 0
+            ||| % $._config,
+            // Errors in every minute for two: one failure does not page (the
+            // ...ExhaustionSeen warning shows it).
+            'for': '2m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) cannot get an ephemeral port toward {{ $labels.server_address }}:{{ $labels.server_port }}',
+              description: |||
+                {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} got EADDRNOTAVAIL from connect() toward {{ $labels.server_address }}:{{ $labels.server_port }} in every minute for 2 minutes ({{ $value | printf "%.0f" }} in the last): every local port for that destination is taken (open or in TIME_WAIT). Its connections fail until ports free up.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsExhausted',
+            },
+          },
+          {
+            alert: 'ObserverEphemeralPortsExhaustionSeen',
+            // Every EADDRNOTAVAIL of the last 10 minutes, exactly, those of a
+            // series born with them included (a CronJob that exhausts its
+            // ports once and exits): increase() takes a series' first value
+            // as its start and misses them.
+            expr: |||
+              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
+                (
+                  observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"}
+                    - observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"} offset %(seenWindow)s
+                )
+                or
+                (
+                  observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"}
+                    unless observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"} offset %(seenWindow)s
+                )
+              ) > 0
+            ||| % $._config,
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) got EADDRNOTAVAIL toward {{ $labels.server_address }}:{{ $labels.server_port }}',
+              description: |||
+                {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} got {{ $value | printf "%%.0f" }} EADDRNOTAVAIL from connect() toward {{ $labels.server_address }}:{{ $labels.server_port }} in the last %(seenWindow)s: every local port for that destination was taken (open or in TIME_WAIT). Not (yet) sustained: ObserverEphemeralPortsExhausted pages when it is.
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsExhausted',
+            },
+          },
+          {
+            alert: 'ObserverEphemeralPortsNearLimit',
+            expr: |||
+              max by (k8s_cluster_name, host_name, observer_network_namespace, source_address, server_address, server_port) (observer_ephemeral_port_usage{%(observerSelector)s})
+                / on (k8s_cluster_name, host_name, observer_network_namespace) group_left ()
+              max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_ephemeral_port_limit{%(observerSelector)s})
+                > 0.7
+            ||| % $._config,
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.host_name }}: {{ $value | humanizePercentage }} of the ephemeral ports toward {{ $labels.server_address }}:{{ $labels.server_port }} in use',
+              description: |||
+                In network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }}, {{ $value | humanizePercentage }} of the local ports connect() can use toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) are held, open or in TIME_WAIT. At 100% connect() fails with EADDRNOTAVAIL. `observer doctor` on the node names the processes.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsNearLimit',
+            },
+          },
+          {
+            alert: 'ObserverEphemeralPortsExhaustionSoon',
+            expr: |||
+              min by (k8s_cluster_name, host_name, observer_network_namespace, source_address, server_address, server_port) (observer_ephemeral_port_time_to_exhaustion_seconds{%(observerSelector)s}) < 600
+            ||| % $._config,
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.host_name }}: ephemeral ports toward {{ $labels.server_address }}:{{ $labels.server_port }} run out in {{ $value | humanizeDuration }}',
+              description: |||
+                In network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }}, the local ports held toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) grew so fast over the last minute that none will be left in {{ $value | humanizeDuration }} at that pace; then connect() fails with EADDRNOTAVAIL.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsExhaustionSoon',
+            },
+          },
+          {
+            alert: 'ObserverTimeWaitSurge',
+            expr: |||
+              (
+                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m])) > 50
+              )
+              unless
+              (
+                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m]))
+                  <= 3 * sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[1h] offset 5m))
+              )
+            ||| % $._config,
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} on {{ $labels.host_name }}: TIME_WAIT entries surging ({{ $value | printf "%.0f" }}/s)',
+              description: |||
+                Sockets of {{ $labels.process_executable_name }} on {{ $labels.host_name }} enter TIME_WAIT at {{ $value | printf "%.0f" }}/s, more than 3 times its rate of the hour before (or with no history). Each holds a local port for 60 s: at this rate about {{ $value | printf "%.0f" }} x 60 ports are taken, and port exhaustion (EADDRNOTAVAIL) follows when they approach ip_local_port_range toward one destination.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverTimeWaitSurge',
+            },
+          },
+          {
+            alert: 'ObserverListenOverflow',
+            expr: |||
+              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
+                increase(observer_tcp_listen_overflows_total{%(observerSelector)s}[1m])
+              ) > 0
+            ||| % $._config,
+            // Drops in every minute for two (ObserverListenOverflowSeen shows
+            // a single burst).
+            'for': '2m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: 'Listener on port {{ $labels.server_port }} of {{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) drops connections',
+              description: |||
+                The listener on port {{ $labels.server_port }} owned by {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} dropped connections in every minute for 2 minutes ({{ $value | printf "%.0f" }} in the last) because its accept queue was full. Clients see SYN retransmits and connect timeouts (ETIMEDOUT), and retry, which makes it worse.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverListenOverflow',
+            },
+          },
+          {
+            alert: 'ObserverListenOverflowSeen',
+            // Every overflow of the last 10 minutes, those of a series born
+            // with them included (see ObserverEphemeralPortsExhaustionSeen).
+            expr: |||
+              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
+                (
+                  observer_tcp_listen_overflows_total{%(observerSelector)s}
+                    - observer_tcp_listen_overflows_total{%(observerSelector)s} offset %(seenWindow)s
+                )
+                or
+                (
+                  observer_tcp_listen_overflows_total{%(observerSelector)s}
+                    unless observer_tcp_listen_overflows_total{%(observerSelector)s} offset %(seenWindow)s
+                )
+              ) > 0
+            ||| % $._config,
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Listener on port {{ $labels.server_port }} of {{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) dropped connections',
+              description: |||
+                The listener on port {{ $labels.server_port }} owned by {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} dropped {{ $value | printf "%%.0f" }} connections in the last %(seenWindow)s because its accept queue was full. Not (yet) sustained: ObserverListenOverflow pages when it is.
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverListenOverflow',
+            },
+          },
+          {
+            alert: 'ObserverAcceptQueueNearFull',
+            expr: |||
+              max by (k8s_cluster_name, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_usage{%(observerSelector)s})
+                / (max by (k8s_cluster_name, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_limit{%(observerSelector)s}) > 0)
+                >= 0.8
+            ||| % $._config,
+            'for': '1m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Accept queue of {{ $labels.server_address }}:{{ $labels.server_port }} ({{ $labels.process_executable_name }} pid {{ $labels.process_pid }}) is {{ $value | humanizePercentage }} full',
+              description: |||
+                The listener on {{ $labels.server_address }}:{{ $labels.server_port }} owned by {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} has {{ $value | humanizePercentage }} of its backlog waiting to be accepted. When it is full the kernel drops new connections (ObserverListenOverflow).
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverAcceptQueueNearFull',
+            },
+          },
+          {
+            alert: 'ObserverTimeWaitNearLimit',
+            expr: |||
+              max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_time_wait_usage{%(observerSelector)s})
+                / (max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_sysctl_net_ipv4_tcp_max_tw_buckets{%(observerSelector)s}) > 0)
+                > 0.8
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.host_name }}: TIME_WAIT sockets at {{ $value | humanizePercentage }} of tcp_max_tw_buckets',
+              description: |||
+                Network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }} holds TIME_WAIT sockets up to {{ $value | humanizePercentage }} of net.ipv4.tcp_max_tw_buckets. At the limit the kernel stops keeping TIME_WAIT for new closes ("time wait bucket table overflow"), so late segments of old connections can corrupt new ones; and every TIME_WAIT socket holds a local port.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverTimeWaitNearLimit',
+            },
+          },
+          {
+            alert: 'ObserverOpenFilesNearLimit',
+            expr: |||
+              max by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_usage{%(observerSelector)s})
+                / (max by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_limit{%(observerSelector)s}) > 0)
+                > 0.9
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) uses {{ $value | humanizePercentage }} of its open files limit',
+              description: |||
+                {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} has {{ $value | humanizePercentage }} of its RLIMIT_NOFILE in use. At the limit accept() and socket() fail with EMFILE: it can take no new connection.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverOpenFilesNearLimit',
+            },
+          },
+          {
+            alert: 'ObserverConnectionStorm',
+            expr: |||
+              (
+                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m])) > 100
+              )
+              unless
+              (
+                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m]))
+                  <= 5 * sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1h] offset 5m))
+              )
+            ||| % $._config,
+            'for': '1m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Connection storm from {{ $labels.process_executable_name }} on {{ $labels.host_name }} ({{ $value | printf "%.0f" }} connects/s)',
+              description: |||
+                {{ $labels.process_executable_name }} on {{ $labels.host_name }} opens {{ $value | printf "%.0f" }} connections per second, more than 5 times its rate of the hour before (or with no history). Storms like this (800 to 12000 connections in 40 s) exhaust ports, server connection limits and CPU.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverConnectionStorm',
+            },
+          },
+        ],
+      },
+      {
+        name: 'observer-self',
+        rules: [
+          {
+            alert: 'ObserverDown',
+            expr: |||
+              up{%(observerSelector)s} == 0
+            ||| % $._config,
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'observer on {{ $labels.instance }} is not being scraped',
+              description: |||
+                Prometheus cannot scrape observer at {{ $labels.instance }} (job {{ $labels.job }}): connection counts of that node are not being collected. Its series are selected by %(observerSelector)s (the mixin's observerSelector).
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverDown',
+            },
+          },
+          {
+            alert: 'ObserverHookMissing',
+            expr: |||
+              count by (k8s_cluster_name, host_name) (observer_probe_info{%(observerSelector)s})
+                < on (k8s_cluster_name) group_left ()
+              max by (k8s_cluster_name) (count by (k8s_cluster_name, host_name) (observer_probe_info{%(observerSelector)s}))
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'observer on {{ $labels.host_name }} has only {{ $value }} hooks attached, fewer than other nodes',
+              description: |||
+                observer on {{ $labels.host_name }} has fewer kernel hooks attached than the node of its cluster with the most (another observer version, or a hook lost), so some connection events there may not be counted.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverHookMissing',
+            },
+          },
+          {
+            alert: 'ObserverExportFailing',
+            expr: |||
+              sum by (k8s_cluster_name, host_name, observer_exporter) (rate(observer_export_failures_total{%(observerSelector)s}[5m])) > 0
+            ||| % $._config,
+            'for': '10m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'observer on {{ $labels.host_name }} cannot export via {{ $labels.observer_exporter }}',
+              description: |||
+                observer's {{ $labels.observer_exporter }} exports from {{ $labels.host_name }} have been failing for 10 minutes. Counting goes on and cumulative counts arrive complete once the collector answers; delta batches beyond 30 are dropped (observer_export_dropped_batches_total).
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverExportFailing',
+            },
+          },
+          {
+            alert: 'ObserverMissingCounts',
+            expr: |||
+              sum by (k8s_cluster_name, host_name) (increase(observer_kernel_missed_events_total{%(observerSelector)s}[10m]))
+                + sum by (k8s_cluster_name, host_name) (increase(observer_kernel_lost_updates_total{%(observerSelector)s}[10m])) > 0
+            ||| % $._config,
+            labels: { severity: 'info' },
+            annotations: {
+              summary: 'observer on {{ $labels.host_name }} may have missed {{ $value | printf "%.0f" }} events',
+              description: |||
+                The kernel skipped observer's programs (BPF recursion protection: another BPF program was running on that CPU) or a full map lost updates on {{ $labels.host_name }}; counts there may be short by up to {{ $value | printf "%.0f" }} in the last 10 minutes.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverMissingCounts',
+            },
+          },
+        ],
+      },
+    ],
+  },
+}

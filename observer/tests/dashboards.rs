@@ -93,9 +93,30 @@ fn dashboards_are_well_formed() {
         for want in ["datasource", "cluster", "node"] {
             assert!(vars.contains(&want), "{name}: no ${want} variable: {vars:?}");
         }
+        // A link to the other board that keeps the time range and the
+        // variables (data source, cluster, node).
+        let other = BOARDS.iter().map(|n| board(n)["uid"].as_str().unwrap().to_string()).find(|u| u != uid).unwrap();
+        let links = b["links"].as_array().map(Vec::as_slice).unwrap_or_default();
+        assert!(
+            links.iter().any(|l| l["url"].as_str().is_some_and(|u| u.contains(&format!("/d/{other}")))
+                && l["keepTime"] == true
+                && l["includeVars"] == true),
+            "{name}: no link to {other} keeping time and variables: {links:?}"
+        );
         let mut ids = HashSet::new();
         for p in panels(&b) {
             let title = p["title"].as_str().unwrap_or_default();
+            // ${__data...} exists only in data links (fieldConfig), not in
+            // a panel's own links.
+            for l in p["links"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                assert!(!l["url"].as_str().unwrap_or_default().contains("${__data"), "{name}/{title}: {l}");
+            }
+            for l in p["fieldConfig"]["defaults"]["links"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                let url = l["url"].as_str().unwrap_or_default();
+                for keep in ["${__url_time_range}", "${datasource:queryparam}", "var-cluster="] {
+                    assert!(url.contains(keep), "{name}/{title}: a data link that drops {keep}: {url}");
+                }
+            }
             assert!(ids.insert(p["id"].as_u64().expect("numeric panel id")), "{name}: panel id {} twice", p["id"]);
             if p["type"] == "row" {
                 continue;
@@ -287,9 +308,24 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
     for name in BOARDS {
         let b = board(name);
         for var in b["templating"]["list"].as_array().unwrap() {
-            for metric in metric_names(var["definition"].as_str().unwrap_or_default()) {
+            let definition = var["definition"].as_str().unwrap_or_default();
+            for metric in metric_names(definition) {
                 if !exported.contains(&metric) {
                     failures.push(format!("{name}: variable ${}: observer exports no {metric}", var["name"]));
+                }
+            }
+            // The process variable offers every process observer reports
+            // on: the listener's owner too, which only overflows.
+            if let Some(selector) =
+                definition.strip_prefix("label_values(").and_then(|d| d.strip_suffix(", process_executable_name)"))
+            {
+                let owner =
+                    substitute(&selector.replacen('{', &format!("{{process_pid=\"{}\", ", culprits.listener), 1), 0);
+                if prometheus.query(&format!("count({owner})")).is_empty() {
+                    failures.push(format!(
+                        "{name}: variable ${} does not offer the listener's owner: {owner}",
+                        var["name"]
+                    ));
                 }
             }
         }

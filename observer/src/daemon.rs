@@ -63,9 +63,10 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         .name("observer-collect".into())
         .spawn({
             let published = published.clone();
+            let durations = metrics.round_durations();
             move || {
                 let _guard = guard;
-                collect_loop(&mut rounds, &published, interval, &stop_rx);
+                collect_loop(&mut rounds, &published, &durations, interval, &stop_rx);
             }
         })
         .map_err(|source| Error::System { what: "start the collector thread", source })?;
@@ -136,7 +137,13 @@ async fn serve_until(
 
 /// A round every interval until asked to stop, then one more, so the
 /// counts since the last one reach the final export.
-fn collect_loop(rounds: &mut Rounds, published: &Published, interval: Duration, stop: &mpsc::Receiver<()>) {
+fn collect_loop(
+    rounds: &mut Rounds,
+    published: &Published,
+    durations: &opentelemetry::metrics::Histogram<f64>,
+    interval: Duration,
+    stop: &mpsc::Receiver<()>,
+) {
     let mut failing = false;
     let mut stopping = false;
     loop {
@@ -146,6 +153,7 @@ fn collect_loop(rounds: &mut Rounds, published: &Published, interval: Duration, 
         match rounds.run(started) {
             Ok(round) => {
                 failing = false;
+                durations.record(round.snapshot.rounds.seconds, &[]);
                 published.publish(round.snapshot);
             }
             Err(e) => {

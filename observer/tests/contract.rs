@@ -65,7 +65,8 @@ fn both_exports_keep_the_contract() {
 }
 
 /// The scrape against the contract.
-fn prometheus_failures(body: &str) -> Vec<String> {
+fn prometheus_failures(response: &str) -> Vec<String> {
+    let body = response.split_once("\r\n\r\n").map_or(response, |(_, body)| body);
     let contract = by_prometheus_name();
     let resource: Vec<String> = contract::RESOURCE.iter().map(|a| contract::prometheus_label(a.key)).collect();
     let mut failures = Vec::new();
@@ -93,11 +94,26 @@ fn prometheus_failures(body: &str) -> Vec<String> {
             Some((name, rest)) => (name, rest.rsplit_once('}').map_or("", |(l, _)| l)),
             None => (line.split(' ').next().unwrap(), ""),
         };
-        let Some(instrument) = contract.get(name) else { continue };
+        // A histogram's samples: <name>_bucket (with `le`), _sum, _count.
+        let (name, histogram_part) = match ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
+            name.strip_suffix(suffix)
+                .filter(|base| contract.get(*base).is_some_and(|i| i.kind == Kind::Histogram))
+                .map(|base| (base, *suffix))
+        }) {
+            Some((base, suffix)) => (base, Some(suffix)),
+            None => (name, None),
+        };
+        if name == "target_info" {
+            continue;
+        }
+        let Some(instrument) = contract.get(name) else {
+            failures.push(format!("Prometheus sample {name}: not in the contract"));
+            continue;
+        };
         for pair in labels.split("\",").filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once("=\"").unwrap_or_else(|| panic!("label {pair:?} in {line}"));
             let value = value.trim_end_matches('"');
-            if resource.iter().any(|r| r == key) {
+            if resource.iter().any(|r| r == key) || (histogram_part == Some("_bucket") && key == "le") {
                 continue;
             }
             let documented = instrument.keys().find(|a| contract::prometheus_label(a.key) == key);

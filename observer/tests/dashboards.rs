@@ -71,7 +71,12 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 /// word may be either).
 fn exported_names(daemon: &Daemon) -> HashSet<String> {
     let body = daemon.scrape();
-    let metrics = body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next());
+    // A histogram family's samples are its _bucket, _sum and _count.
+    let metrics = body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).flat_map(|l| {
+        let (name, kind) = l.split_once(' ').unwrap_or((l, ""));
+        let parts: &[&str] = if kind == "histogram" { &["", "_bucket", "_sum", "_count"] } else { &[""] };
+        parts.iter().map(move |suffix| format!("{name}{suffix}")).collect::<Vec<_>>()
+    });
     let labels = body
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -79,7 +84,7 @@ fn exported_names(daemon: &Daemon) -> HashSet<String> {
         .flat_map(|labels| {
             labels.split("\",").filter_map(|pair| pair.split_once('=')).map(|(k, _)| k.trim_start_matches(','))
         });
-    metrics.chain(labels).map(String::from).collect()
+    metrics.chain(labels.map(String::from)).collect()
 }
 
 #[test]

@@ -422,10 +422,10 @@ pub const KERNEL_UNSEEN_EVENTS: Instrument = Instrument {
 
 pub const COLLECTION_DURATION: Instrument = Instrument {
     name: "observer.collection.duration",
-    kind: Kind::Gauge,
+    kind: Kind::Histogram,
     unit: "s",
-    description: "How long the last round (the sweep of the node and the read of the kernel maps) took; near the \
-                  interval means rounds fall behind",
+    description: "How long each round (the sweep of the node and the read of the kernel maps) took, buckets from \
+                  1 ms to 10 s; near the interval means rounds fall behind",
     attributes: &[],
 };
 

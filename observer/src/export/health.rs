@@ -8,7 +8,7 @@ use opentelemetry::{
     metrics::{AsyncInstrument, Meter},
 };
 
-use super::{ExportCounts, ExportStats, contract, reading, u64_counter, u64_gauge};
+use super::{ExportCounts, ExportStats, contract, u64_counter, u64_gauge};
 use crate::series::Counter;
 use crate::snapshot::Published;
 
@@ -42,15 +42,6 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
         }
     });
 
-    let duration = &contract::COLLECTION_DURATION;
-    meter
-        .f64_observable_gauge(duration.name)
-        .with_description(duration.description)
-        .with_unit(duration.unit)
-        .with_callback(reading(published, move |st, obs| {
-            obs.observe(st.rounds.seconds, &[]);
-        }))
-        .build();
     u64_counter(meter, published, &contract::COLLECTION_FAILURES, move |st, obs| {
         obs.observe(st.rounds.failures, &[]);
     });
@@ -78,6 +69,18 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
             }
         }
     });
+}
+
+/// How long rounds take: from 1 ms (a quiet node) to 10 s (a round far
+/// behind any interval).
+pub(super) fn round_durations(meter: &Meter) -> opentelemetry::metrics::Histogram<f64> {
+    let duration = &contract::COLLECTION_DURATION;
+    meter
+        .f64_histogram(duration.name)
+        .with_description(duration.description)
+        .with_unit(duration.unit)
+        .with_boundaries(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+        .build()
 }
 
 /// How many series each counter has, its limit, and how often a cap folded

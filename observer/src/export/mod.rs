@@ -35,6 +35,7 @@ pub const NODE_LABELS: [&str; 3] = ["k8s.cluster.name", "k8s.node.name", "host.n
 
 pub struct Metrics {
     provider: SdkMeterProvider,
+    round_durations: opentelemetry::metrics::Histogram<f64>,
     registry: prometheus::Registry,
     stats: Arc<ExportStats>,
     connections: Arc<http::ConnectionStats>,
@@ -89,9 +90,10 @@ impl Metrics {
         health::register_series(&meter, &published);
         let connections = Arc::new(http::ConnectionStats::default());
         health::register_connections(&meter, &connections);
+        let round_durations = health::round_durations(&meter);
         gauges::register_ceilings(&meter, &published);
         gauges::register_open_files(&meter, &published);
-        Ok(Self { provider, registry, stats, connections })
+        Ok(Self { provider, registry, stats, connections, round_durations })
     }
 
     /// The Prometheus text exposition of every instrument (one scrape).
@@ -111,6 +113,12 @@ impl Metrics {
             });
         counted(encoded.is_err());
         encoded
+    }
+
+    /// The histogram each round's duration goes into (recorded by the
+    /// collector thread: a histogram has no callback to read a snapshot).
+    pub fn round_durations(&self) -> opentelemetry::metrics::Histogram<f64> {
+        self.round_durations.clone()
     }
 
     /// What the endpoint's connection cap closed, for it to count into.

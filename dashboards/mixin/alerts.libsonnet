@@ -2,6 +2,10 @@
 // Rendered into ../alerts.yaml (the dashboards test keeps it equal:
 // OBSERVER_BLESS=1 writes it); edit here. Selectors and thresholds come
 // from $._config (config.libsonnet).
+// A network namespace as an on-call engineer knows it: its pod's, the
+// host's, else by its inode number.
+local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }}'s network namespace{{ else if eq $labels.observer_network_namespace \"host\" }}the host's network namespace{{ else }}network namespace {{ $labels.observer_network_namespace }}{{ end }}";
+
 {
   prometheusAlerts+:: {
     groups+: [
@@ -58,7 +62,7 @@
           {
             alert: 'ObserverEphemeralPortsNearLimit',
             expr: |||
-              max by (k8s_cluster_name, host_name, observer_network_namespace, source_address, server_address, server_port) (observer_ephemeral_port_usage{%(observerSelector)s})
+              max by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_usage{%(observerSelector)s})
                 / on (k8s_cluster_name, host_name, observer_network_namespace) group_left ()
               max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_ephemeral_port_limit{%(observerSelector)s})
                 > 0.7
@@ -68,23 +72,23 @@
             annotations: {
               summary: '{{ $labels.host_name }}: {{ $value | humanizePercentage }} of the ephemeral ports toward {{ $labels.server_address }}:{{ $labels.server_port }} in use',
               description: |||
-                In network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }}, {{ $value | humanizePercentage }} of the local ports connect() can use toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) are held, open or in TIME_WAIT. At 100% connect() fails with EADDRNOTAVAIL. `observer doctor` on the node names the processes.
-              |||,
+                In %(netns)s on {{ $labels.host_name }}, {{ $value | humanizePercentage }} of the local ports connect() can use toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) are held, open or in TIME_WAIT. At 100%% connect() fails with EADDRNOTAVAIL. `observer doctor` on the node names the processes.
+              ||| % { netns: netns },
               runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsNearLimit',
             },
           },
           {
             alert: 'ObserverEphemeralPortsExhaustionSoon',
             expr: |||
-              min by (k8s_cluster_name, host_name, observer_network_namespace, source_address, server_address, server_port) (observer_ephemeral_port_time_to_exhaustion_seconds{%(observerSelector)s}) < 600
+              min by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_time_to_exhaustion_seconds{%(observerSelector)s}) < 600
             ||| % $._config,
             'for': '2m',
             labels: { severity: 'warning' },
             annotations: {
               summary: '{{ $labels.host_name }}: ephemeral ports toward {{ $labels.server_address }}:{{ $labels.server_port }} run out in {{ $value | humanizeDuration }}',
               description: |||
-                In network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }}, the local ports held toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) grew so fast over the last minute that none will be left in {{ $value | humanizeDuration }} at that pace; then connect() fails with EADDRNOTAVAIL.
-              |||,
+                In %(netns)s on {{ $labels.host_name }}, the local ports held toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) grew so fast over the last minute that none will be left in {{ $value | humanizeDuration }} at that pace; then connect() fails with EADDRNOTAVAIL.
+              ||| % { netns: netns },
               runbook_url: $._config.runbookURLPattern % 'ObserverEphemeralPortsExhaustionSoon',
             },
           },
@@ -175,8 +179,9 @@
           {
             alert: 'ObserverTimeWaitNearLimit',
             expr: |||
-              max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_time_wait_usage{%(observerSelector)s})
-                / (max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_sysctl_net_ipv4_tcp_max_tw_buckets{%(observerSelector)s}) > 0)
+              max by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_time_wait_usage{%(observerSelector)s})
+                / on (k8s_cluster_name, host_name, observer_network_namespace) group_left ()
+              (max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_sysctl_net_ipv4_tcp_max_tw_buckets{%(observerSelector)s}) > 0)
                 > 0.8
             ||| % $._config,
             'for': '5m',
@@ -184,8 +189,8 @@
             annotations: {
               summary: '{{ $labels.host_name }}: TIME_WAIT sockets at {{ $value | humanizePercentage }} of tcp_max_tw_buckets',
               description: |||
-                Network namespace {{ $labels.observer_network_namespace }} on {{ $labels.host_name }} holds TIME_WAIT sockets up to {{ $value | humanizePercentage }} of net.ipv4.tcp_max_tw_buckets. At the limit the kernel stops keeping TIME_WAIT for new closes ("time wait bucket table overflow"), so late segments of old connections can corrupt new ones; and every TIME_WAIT socket holds a local port.
-              |||,
+                In %(netns)s on {{ $labels.host_name }}, TIME_WAIT sockets are up to {{ $value | humanizePercentage }} of net.ipv4.tcp_max_tw_buckets. At the limit the kernel stops keeping TIME_WAIT for new closes ("time wait bucket table overflow"), so late segments of old connections can corrupt new ones; and every TIME_WAIT socket holds a local port.
+              ||| % { netns: netns },
               runbook_url: $._config.runbookURLPattern % 'ObserverTimeWaitNearLimit',
             },
           },

@@ -46,6 +46,48 @@ pub struct Rounds {
     /// TIME_WAIT entries are checked against the kernel's count
     /// (`without_time_wait_check`).
     time_wait_check: bool,
+    lost: LossLog,
+}
+
+/// One warning per map each time the kernel side lost updates to it (a
+/// full map), naming what to change; the metric keeps the number.
+#[derive(Default)]
+struct LossLog {
+    reported: std::collections::HashMap<&'static str, u64>,
+}
+
+impl LossLog {
+    /// The maps whose lost updates grew since the last call, with how many
+    /// more, each logged.
+    fn report(&mut self, lost: &[(&'static str, u64)]) -> Vec<(&'static str, u64)> {
+        let mut grew = Vec::new();
+        for &(map, total) in lost {
+            let before = self.reported.insert(map, total).unwrap_or(0);
+            if total > before {
+                grew.push((map, total - before));
+                tracing::warn!(
+                    map,
+                    lost = total - before,
+                    total,
+                    "kernel counter updates lost: {map} was full, counts are short by this many \
+                     (observer_kernel_lost_updates_total); {}",
+                    Self::remedy(map)
+                );
+            }
+        }
+        grew
+    }
+
+    fn remedy(map: &str) -> &'static str {
+        match map {
+            maps::PROC_COUNTERS | maps::CONNECT_ERRORS | maps::LISTEN_OVERFLOWS | maps::CLOSED_LISTENERS => {
+                "it holds one interval's keys: shorten --interval"
+            }
+            maps::INFLIGHT_CONNECTS => "more connect() calls were in flight at once than it holds (16,384)",
+            maps::TIME_WAIT_BY_NETNS => "more network namespaces had TIME_WAIT entries than it holds (4,096)",
+            _ => "see observer_map_usage against observer_map_limit",
+        }
+    }
 }
 
 impl Rounds {
@@ -74,6 +116,7 @@ impl Rounds {
             programs,
             failures: 0,
             time_wait_check: true,
+            lost: LossLog::default(),
         }
     }
 
@@ -111,7 +154,11 @@ impl Rounds {
         let gauges = self.gauges(node, &deltas);
         let snapshot = Snapshot {
             series: self.series.clone(),
-            kernel: self.kernel_health(&deltas),
+            kernel: {
+                let kernel = self.kernel_health(&deltas);
+                self.lost.report(&kernel.lost);
+                kernel
+            },
             node: gauges,
             rounds: RoundStats {
                 seconds: now.elapsed().as_secs_f64(),
@@ -183,5 +230,20 @@ impl Rounds {
                 .collect(),
             maps: deltas.map_fill.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_growth_of_lost_updates_is_reported_once_with_what_grew() {
+        let mut log = LossLog::default();
+        assert!(log.report(&[(maps::PROC_COUNTERS, 0), (maps::CONNECT_ERRORS, 0)]).is_empty());
+        assert_eq!(log.report(&[(maps::PROC_COUNTERS, 5), (maps::CONNECT_ERRORS, 0)]), [(maps::PROC_COUNTERS, 5)]);
+        assert!(log.report(&[(maps::PROC_COUNTERS, 5), (maps::CONNECT_ERRORS, 0)]).is_empty(), "no news, no line");
+        assert_eq!(log.report(&[(maps::PROC_COUNTERS, 7), (maps::CONNECT_ERRORS, 1)]).len(), 2);
+        assert!(LossLog::remedy(maps::PROC_COUNTERS).contains("--interval"));
     }
 }

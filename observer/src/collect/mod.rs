@@ -406,9 +406,7 @@ impl Collector {
         {
             *counted = counted.saturating_sub(5);
         }
-        for netns in self.unseen.namespaces().filter(|n| !kernel.contains_key(n)).collect::<Vec<_>>() {
-            self.unseen.forget(netns);
-        }
+        self.unseen.forget_absent(&kernel);
         self.unseen.update(&kernel, &ours);
         Ok(())
     }
@@ -434,9 +432,7 @@ impl Collector {
         {
             *counted = counted.saturating_sub(2);
         }
-        for netns in self.unseen_overflows.namespaces().filter(|n| !kernel.contains_key(n)).collect::<Vec<_>>() {
-            self.unseen_overflows.forget(netns);
-        }
+        self.unseen_overflows.forget_absent(&kernel);
         self.unseen_overflows.update(&kernel, &ours);
     }
 

@@ -63,16 +63,17 @@ impl Unseen {
         self.ours_previous = ours.clone();
     }
 
-    /// A namespace is gone: what it left unseen stays in the total.
-    pub fn forget(&mut self, netns: u32) {
-        if let Some(tally) = self.namespaces.remove(&netns) {
-            self.gone += tally.unseen;
-        }
-    }
-
-    /// The namespaces with a tally.
-    pub fn namespaces(&self) -> impl Iterator<Item = u32> + '_ {
-        self.namespaces.keys().copied()
+    /// The namespaces not in `present` are gone: what they left unseen
+    /// stays in the total.
+    pub fn forget_absent(&mut self, present: &HashMap<u32, u64>) {
+        let gone = &mut self.gone;
+        self.namespaces.retain(|netns, tally| {
+            let kept = present.contains_key(netns);
+            if !kept {
+                *gone += tally.unseen;
+            }
+            kept
+        });
     }
 
     /// Entries unseen so far, every namespace together.
@@ -111,8 +112,9 @@ mod tests {
         u.update(&reading(&[(7, 2000)]), &reading(&[(7, 1980)]));
         u.update(&reading(&[(7, 2000)]), &reading(&[(7, 1980)]));
         assert_eq!(u.total(), 20);
-        // The namespace goes; its 20 stay; another's add up.
-        u.forget(7);
+        // The namespace goes (a reading without it); its 20 stay; another's
+        // add up.
+        u.forget_absent(&reading(&[(8, 0)]));
         u.update(&reading(&[(8, 0)]), &reading(&[]));
         u.update(&reading(&[(8, 10)]), &reading(&[(8, 7)]));
         u.update(&reading(&[(8, 10)]), &reading(&[(8, 7)]));

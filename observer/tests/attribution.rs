@@ -134,7 +134,7 @@ fn time_wait_of_sockets_older_than_observer_names_their_pod() {
     let mut pod = PodWithOldConnections::open("legacy-client-0", &mut log_dirs, &logs, &ns, 3);
 
     let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
-    pod.close_all();
+    pod.close_all(&ns);
 
     let labels = pod.unknown_owner("legacy-client-0");
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();

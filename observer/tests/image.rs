@@ -397,7 +397,7 @@ fn daemonset_container_counts_exactly(variant: &str) {
     let mut pod_logs = Dirs(Vec::new());
     let pod_name = format!("web-{variant}");
     let mut pod = PodWithOldConnections::open(&pod_name, &mut pod_logs, Path::new("/var/log/pods"), &pod_ns, 3);
-    pod.close_all();
+    pod.close_all(&pod_ns);
     let pod_label = format!("k8s_pod_name=\"{pod_name}\"");
     let pod_labels = [pod_label.as_str(), "k8s_namespace_name=\"shop\""];
 

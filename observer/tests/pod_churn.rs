@@ -28,13 +28,16 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
     let (ns, _server) = namespace_with_server();
     let pods: Vec<PodWithOldConnections> =
         names.iter().map(|name| PodWithOldConnections::open(name, &mut log_dirs, &logs, &ns, 2)).collect();
+    // The pod's series lives --grace after its last count: long enough for
+    // the scrapes below to find it on a slow machine (at 1 s the first
+    // scrape sometimes came after it had ended).
     let daemon = start_daemon_with_env(
-        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "1s"],
+        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "3s"],
         &[("RUST_LOG", "observer=debug")],
     );
     let mut entered_before = 0;
     for (mut pod, name) in pods.into_iter().zip(names) {
-        pod.close_all();
+        pod.close_all(&ns);
         let entered = ns.time_wait_entered() - entered_before;
         entered_before += entered;
         assert_eq!(entered, 2, "{}", ns.ss_all());

@@ -57,12 +57,13 @@ impl Drop for Dirs {
 /// A pod (one container cgroup, systemd driver) whose shell opened
 /// `connections` to the server on port 7000 of `ns` and holds them until
 /// `close_all`, which closes them client-first (their TIME_WAIT entries are
-/// the pod's) and waits for the shell to end.
+/// the pod's) and returns once the kernel counted them.
 pub struct PodWithOldConnections {
     uid: String,
     id: String,
     client: std::process::Child,
     cgroup: Dirs,
+    connections: u64,
 }
 
 /// A namespace with a server for `PodWithOldConnections` on port 7000.
@@ -85,7 +86,7 @@ impl PodWithOldConnections {
         let fds: Vec<usize> = (3..3 + connections).collect();
         let open = fds.iter().map(|fd| format!("exec {fd}<>/dev/tcp/127.0.0.1/7000")).collect::<Vec<_>>().join("; ");
         let close = fds.iter().map(|fd| format!("{fd}>&-")).collect::<Vec<_>>().join(" ");
-        let inner = format!("{open}; echo ready; read line; exec {close}; sleep 1");
+        let inner = format!("{open}; echo ready; read line; exec {close}");
         let script =
             format!("echo $$ > {}/cgroup.procs && exec ip netns exec {} bash -c '{inner}'", path.display(), ns.name);
         let mut client =
@@ -93,13 +94,21 @@ impl PodWithOldConnections {
         let mut ready = String::new();
         BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut ready).unwrap();
         assert_eq!(ready.trim(), "ready", "the pod's connections did not open");
-        Self { uid, id, client, cgroup }
+        Self { uid, id, client, cgroup, connections: connections as u64 }
     }
 
-    pub fn close_all(&mut self) {
+    /// Close the connections and wait until `ns` (the pod's namespace)
+    /// counted their TIME_WAIT entries (the server's FIN comes after the
+    /// shell ended), at most 10 s.
+    pub fn close_all(&mut self, ns: &Netns) {
         use std::io::Write as _;
+        let before = ns.time_wait_entered();
         writeln!(self.client.stdin.as_mut().unwrap()).unwrap();
         assert!(self.client.wait().unwrap().success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ns.time_wait_entered() < before + self.connections && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// The labels of the pod's unknown owner (pid 0).

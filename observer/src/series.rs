@@ -16,7 +16,7 @@ use std::{
 use observer_common::{AF_INET6, Actor, ConnectErrorKey, buffers};
 
 use crate::{
-    attribution::{PodKey, PodLabels, pod_key},
+    attribution::{Identity, PodKey, PodLabels, pod_key},
     collect::Deltas,
     export::contract,
 };
@@ -197,14 +197,18 @@ fn add<K: Ord>(map: &mut BTreeMap<K, u64>, series: K, fold: impl FnOnce(&K) -> K
     true
 }
 
-/// Pod labels by actor, as a round resolved them (None: a host process).
-pub type Pods = std::collections::HashMap<PodKey, Option<Arc<PodLabels>>>;
+/// Who each actor is (pod, executable), as a round resolved them.
+pub type Pods = std::collections::HashMap<PodKey, Identity>;
 
-/// The executable name to show for an actor; tgid 0 means the socket's
-/// owner is unknown (it was opened before observer started).
-fn name_of(actor: &Actor) -> String {
+/// The executable name to show for an actor: the one its lookup found,
+/// else its `comm` (the process ended before the lookup); tgid 0 means
+/// the socket's owner is unknown (it was opened before observer started).
+fn name_of(actor: &Actor, identity: Option<&Identity>) -> String {
     if actor.tgid == 0 {
         return "unknown".to_string();
+    }
+    if let Some(executable) = identity.and_then(|i| i.executable.clone()) {
+        return executable;
     }
     let len = actor.comm.iter().position(|&b| b == 0).unwrap_or(actor.comm.len());
     String::from_utf8_lossy(&actor.comm[..len]).into_owned()
@@ -233,7 +237,8 @@ impl SeriesStore {
             return process.who(pid);
         }
         if self.processes.len() < self.limits.max_processes {
-            let process = Process { pod: pods.get(&key).cloned().flatten(), name: name_of(actor) };
+            let identity = pods.get(&key);
+            let process = Process { pod: identity.and_then(|i| i.pod.clone()), name: name_of(actor, identity) };
             let who = process.who(pid);
             self.processes.insert(key, process);
             who
@@ -507,7 +512,9 @@ mod tests {
             container_name: None,
         });
         let mut s = SeriesStore::new(Limits::default());
-        let pods = [((1, 0), Some(pod.clone())), ((2, 0), None)].into_iter().collect();
+        let pods = [((1, 0), Identity { pod: Some(pod.clone()), executable: None }), ((2, 0), Identity::default())]
+            .into_iter()
+            .collect();
         s.apply(&Deltas { procs: vec![connects(1, 1), connects(2, 1)], pods, ..Default::default() });
         // Later rounds resolve nothing new: the labels stay, one series each.
         s.apply(&Deltas { procs: vec![connects(1, 2), connects(2, 2)], ..Default::default() });
@@ -536,8 +543,11 @@ mod tests {
     }
 
     #[test]
-    fn unknown_owner_is_named_unknown() {
-        assert_eq!(name_of(&Actor::default()), "unknown");
-        assert_eq!(name_of(&actor(5, "nginx")), "nginx");
+    fn a_process_is_named_by_its_executable_else_its_comm_and_an_unknown_owner_unknown() {
+        let found = Identity { pod: None, executable: Some("kube-controller-manager".into()) };
+        assert_eq!(name_of(&actor(5, "kube-controller"), Some(&found)), "kube-controller-manager");
+        assert_eq!(name_of(&actor(5, "nginx"), Some(&Identity::default())), "nginx", "ended before its lookup");
+        assert_eq!(name_of(&actor(5, "nginx"), None), "nginx");
+        assert_eq!(name_of(&Actor::default(), None), "unknown");
     }
 }

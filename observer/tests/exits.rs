@@ -126,8 +126,14 @@ fn a_reused_pid_starts_a_new_process_series() {
     let line = body.lines().find(|l| l.contains("server_port=\"20800\"") && l.ends_with(" 3")).expect(&body);
     let pid: u32 = line.split("process_pid=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().parse().unwrap();
 
-    // A second process with that pid (renaming itself churn-0 before its
-    // first connect), refused 5 times.
+    // A second process with that pid, refused 5 times, running another
+    // executable: a copy of observer-churn under a name longer than the
+    // 15 bytes of `comm` (the series name the whole executable).
+    const SECOND: &str = "observer-churn-second";
+    let dir = std::env::temp_dir().join(format!("observer-reuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join(SECOND);
+    std::fs::copy(churn(), &other).unwrap();
     let second = (0..20)
         .find_map(|_| {
             std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
@@ -135,7 +141,7 @@ fn a_reused_pid_starts_a_new_process_series() {
                 .command("sh")
                 .args([
                     "-c",
-                    &format!("read go; exec {} connect --to 127.0.0.1:20801 --count 5 --spread 2s --rename", churn()),
+                    &format!("read go; exec {} connect --to 127.0.0.1:20801 --count 5 --spread 2s", other.display()),
                 ])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -154,11 +160,12 @@ fn a_reused_pid_starts_a_new_process_series() {
     let mut second = second;
     std::io::Write::write_all(second.stdin.as_mut().unwrap(), b"go\n").unwrap();
     let out = second.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let report = ClientReport::parse(pid, &String::from_utf8(out.stdout).unwrap());
     assert_eq!(report.errors("ECONNREFUSED"), 5);
 
-    let body = scrape_until(&daemon, Duration::from_secs(10), |b| refused(pid, "churn-0", b) == Some(5));
-    assert_eq!(refused(pid, "churn-0", &body), Some(5), "the new process's own series:\n{}", lines(&body, pid));
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| refused(pid, SECOND, b) == Some(5));
+    assert_eq!(refused(pid, SECOND, &body), Some(5), "the new process's own series:\n{}", lines(&body, pid));
     assert_eq!(
         refused(pid, "observer-churn", &body),
         None,

@@ -41,6 +41,15 @@ pub struct PodLabels {
     pub container_name: Option<String>,
 }
 
+/// What a lookup learns about an actor: its pod (None: a host process),
+/// and a process's executable name (None for an unknown owner, pid 0, or
+/// a process already gone: its `comm` stands in).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub pod: Option<Arc<PodLabels>>,
+    pub executable: Option<String>,
+}
+
 pub struct Attributor {
     cgroups: Option<cgroups::CgroupIndex>,
     pods: pods::PodLogs,
@@ -92,6 +101,12 @@ impl Attributor {
     /// A new batch of lookups: the filesystem may be read once more.
     pub fn next_round(&mut self) {
         self.walked = false;
+    }
+
+    /// Who `pid` is (0: an unknown owner in cgroup `cgroup_id`).
+    pub fn identity(&mut self, cgroup_id: u64, pid: u32) -> Identity {
+        let executable = if pid == 0 { None } else { crate::node::executable::name(&self.proc_root, pid) };
+        Identity { pod: self.labels(cgroup_id, pid), executable }
     }
 
     /// The labels for a process, from the cgroup id the kernel recorded

@@ -1,4 +1,5 @@
-//! Pod lookups off the collection loop: an `Attributor` on its own thread.
+//! Pod (and executable) lookups off the collection loop: an `Attributor`
+//! on its own thread.
 //!
 //! A lookup of a new cgroup walks the cgroup tree and lists kubelet's pod
 //! logs: quick on a healthy node, but a filesystem can stall, and the
@@ -9,15 +10,15 @@
 //! than creating their series without labels.
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, mpsc},
+    sync::mpsc,
     time::{Duration, Instant},
 };
 
-use super::{Attributor, PodKey, PodLabels};
+use super::{Attributor, Identity, PodKey};
 
 /// One lookup: the key, the cgroup id the kernel recorded, the pid.
 type Request = (PodKey, u64, u32);
-type Answer = (PodKey, Option<Arc<PodLabels>>);
+type Answer = (PodKey, Identity);
 
 /// How long the collector waits for answers in one round.
 const WAIT: Duration = Duration::from_millis(50);
@@ -27,7 +28,7 @@ const WAIT: Duration = Duration::from_millis(50);
 pub const GIVE_UP: Duration = Duration::from_secs(30);
 
 pub struct Resolver {
-    known: HashMap<PodKey, Option<Arc<PodLabels>>>,
+    known: HashMap<PodKey, Identity>,
     asked: HashMap<PodKey, Instant>,
     requests: mpsc::Sender<Vec<Request>>,
     answers: mpsc::Receiver<Vec<Answer>>,
@@ -37,8 +38,8 @@ pub struct Resolver {
 /// What the collector learns about an actor's labels this round.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
-    /// Resolved: the labels, or None for a host process.
-    Known(Option<Arc<PodLabels>>),
+    /// Resolved: the pod (None for a host process) and executable.
+    Known(Identity),
     /// Asked, no answer yet.
     Pending,
 }
@@ -48,7 +49,7 @@ impl Resolver {
     pub fn spawn(mut attributor: Attributor) -> Self {
         Self::with_lookup(move |batch| {
             attributor.next_round();
-            batch.into_iter().map(|(key, cgroup, pid)| (key, attributor.labels(cgroup, pid))).collect()
+            batch.into_iter().map(|(key, cgroup, pid)| (key, attributor.identity(cgroup, pid))).collect()
         })
     }
 
@@ -91,11 +92,11 @@ impl Resolver {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.answers.recv_timeout(left) {
                 Ok(batch) => {
-                    for (key, labels) in batch {
+                    for (key, identity) in batch {
                         if let Some(asked) = self.asked.remove(&key) {
-                            tracing::debug!(?key, ?labels, after = ?asked.elapsed(), "pod lookup answered");
+                            tracing::debug!(?key, ?identity, after = ?asked.elapsed(), "pod lookup answered");
                         }
-                        self.known.insert(key, labels);
+                        self.known.insert(key, identity);
                     }
                 }
                 Err(_) => break,
@@ -105,13 +106,13 @@ impl Resolver {
             .iter()
             .map(|(key, ..)| {
                 let lookup = match (self.known.get(key), self.asked.get(key)) {
-                    (Some(labels), _) => Lookup::Known(labels.clone()),
+                    (Some(identity), _) => Lookup::Known(identity.clone()),
                     (None, Some(since)) if now.duration_since(*since) >= GIVE_UP => {
                         if !self.warned {
                             tracing::warn!("pod lookups take over {GIVE_UP:?}: counting on without pod labels");
                             self.warned = true;
                         }
-                        Lookup::Known(None)
+                        Lookup::Known(Identity::default())
                     }
                     _ => Lookup::Pending,
                 };
@@ -131,15 +132,19 @@ impl Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    fn labels(uid: &str) -> Arc<PodLabels> {
-        Arc::new(PodLabels {
+    use crate::attribution::PodLabels;
+
+    fn labels(uid: &str) -> Identity {
+        let pod = PodLabels {
             container_id: "c".into(),
             pod_uid: uid.into(),
             pod_name: None,
             namespace: None,
             container_name: None,
-        })
+        };
+        Identity { pod: Some(Arc::new(pod)), executable: Some("nginx".into()) }
     }
 
     /// A lookup stuck on the filesystem (here: until the test lets it go)
@@ -153,7 +158,7 @@ mod tests {
         let mut resolver = Resolver::with_lookup(move |batch| {
             counted.fetch_add(batch.len(), std::sync::atomic::Ordering::SeqCst);
             let _ = gate.recv();
-            batch.into_iter().map(|(key, ..)| (key, Some(labels("u1")))).collect()
+            batch.into_iter().map(|(key, ..)| (key, labels("u1"))).collect()
         });
         let wanted = [((7, 0), 123, 7)];
         let now = Instant::now();
@@ -166,7 +171,7 @@ mod tests {
         while got == Lookup::Pending && Instant::now() < deadline {
             got = resolver.resolve(&wanted, now).remove(&(7, 0)).unwrap();
         }
-        assert_eq!(got, Lookup::Known(Some(labels("u1"))));
+        assert_eq!(got, Lookup::Known(labels("u1")));
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "one question for the key");
     }
 
@@ -175,11 +180,11 @@ mod tests {
         let (_release, gate) = mpsc::channel::<()>();
         let mut resolver = Resolver::with_lookup(move |batch| {
             let _ = gate.recv();
-            batch.into_iter().map(|(key, ..)| (key, None)).collect()
+            batch.into_iter().map(|(key, ..)| (key, Identity::default())).collect()
         });
         let wanted = [((8, 0), 1, 8)];
         let asked_at = Instant::now();
         assert_eq!(resolver.resolve(&wanted, asked_at)[&(8, 0)], Lookup::Pending);
-        assert_eq!(resolver.resolve(&wanted, asked_at + GIVE_UP)[&(8, 0)], Lookup::Known(None));
+        assert_eq!(resolver.resolve(&wanted, asked_at + GIVE_UP)[&(8, 0)], Lookup::Known(Identity::default()));
     }
 }

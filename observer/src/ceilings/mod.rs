@@ -123,9 +123,12 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     Ok(report)
 }
 
-/// `nginx pid 4711 in shop/web-0` (the pod when there is one).
-fn describe(attributor: &mut Attributor, pid: u32, name: &str) -> String {
-    match attributor.labels(0, pid) {
+/// `nginx pid 4711 in shop/web-0` (the pod when there is one), named by
+/// its executable (`comm` if that cannot be read).
+fn describe(attributor: &mut Attributor, pid: u32, comm: &str) -> String {
+    let identity = attributor.identity(0, pid);
+    let name = identity.executable.as_deref().unwrap_or(comm);
+    match identity.pod {
         Some(pod) => match (&pod.namespace, &pod.pod_name) {
             (Some(ns), Some(p)) => format!("{name} pid {pid} in {ns}/{p}"),
             _ => format!("{name} pid {pid} in pod {}", pod.pod_uid),

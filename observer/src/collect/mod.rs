@@ -26,7 +26,7 @@ use observer_common::{
 
 use crate::{
     attribution::{
-        Attributor, PodKey, PodLabels, pod_key,
+        Attributor, Identity, PodKey, PodLabels, pod_key,
         resolver::{Lookup, Resolver},
     },
     error::Error,
@@ -64,9 +64,9 @@ pub struct Deltas {
     pub map_fill: Vec<MapFill>,
     /// The owner of every listener whose owner is known, by socket cookie.
     pub listener_owners: HashMap<u64, Actor>,
-    /// The pod labels of every actor in these deltas (None: host), by
+    /// Who every actor in these deltas is (its pod, its executable), by
     /// `pod_key`.
-    pub pods: HashMap<PodKey, Option<Arc<PodLabels>>>,
+    pub pods: HashMap<PodKey, Identity>,
     /// The pod of each network namespace that belongs to one, by inode.
     pub namespace_pods: HashMap<u32, Arc<PodLabels>>,
     /// TIME_WAIT entries the kernel counted and observer's programs never
@@ -173,8 +173,8 @@ impl Collector {
             .collect();
         let resolved = self.resolver.resolve(&wanted, now);
         for (inode, pid) in namespaces {
-            if let Some(Lookup::Known(labels)) = resolved.get(&(pid, 0)) {
-                self.namespace_pods.insert(inode, labels.clone());
+            if let Some(Lookup::Known(identity)) = resolved.get(&(pid, 0)) {
+                self.namespace_pods.insert(inode, identity.pod.clone());
                 // Kept per namespace from now on (a process's own counts,
                 // if it has any, ask again).
                 self.resolver.forget((pid, 0));
@@ -185,14 +185,14 @@ impl Collector {
         let mut pending = HashSet::new();
         for (key, lookup) in resolved {
             match lookup {
-                Lookup::Known(labels) => {
-                    deltas.pods.insert(key, labels);
+                Lookup::Known(identity) => {
+                    deltas.pods.insert(key, identity);
                 }
                 Lookup::Pending if self.holding => {
                     pending.insert(key);
                 }
                 Lookup::Pending => {
-                    deltas.pods.insert(key, None);
+                    deltas.pods.insert(key, Identity::default());
                 }
             }
         }

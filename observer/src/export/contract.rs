@@ -145,7 +145,7 @@ const PROCESS: &[Attribute] = &[
     Attribute {
         key: "process.executable.name",
         ty: Type::String,
-        meaning: "The process's name as the kernel keeps it (comm, at most 15 bytes); `unknown` for pid 0",
+        meaning: "The base name of the file the process runs (/proc/PID/exe) when observer first saw it; its comm if it ended first; `unknown` for pid 0",
     },
     Attribute { key: "container.id", ty: Type::String, meaning: "The container, when the process runs in a pod" },
     Attribute { key: "k8s.pod.uid", ty: Type::String, meaning: "The pod, when the process runs in one" },

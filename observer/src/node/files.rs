@@ -6,8 +6,6 @@ use std::path::Path;
 /// Open files of one process, and its soft limit (the one that fails).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenFiles {
-    /// The thread-group leader's `comm`.
-    pub name: String,
     pub open: u64,
     pub limit: u64,
 }
@@ -21,6 +19,5 @@ pub fn of_process(proc_root: &Path, pid: u32) -> Option<OpenFiles> {
     // Entries of /proc/PID/fd, as `ls` counts them (cheaper than procfs's
     // fd(), which also reads every link).
     let open = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")).ok()?.count() as u64;
-    let name = process.stat().ok()?.comm;
-    Some(OpenFiles { name, open, limit })
+    Some(OpenFiles { open, limit })
 }

@@ -2,6 +2,7 @@
 //! sockets (sock_diag), counts and settings, who owns a socket and how many
 //! files a process holds (/proc). The daemon reads it once per round
 //! (`sweep::Sweeper`), `observer doctor` on demand (`sweep::once`).
+pub mod executable;
 pub mod files;
 pub mod netns;
 pub mod owners;

@@ -15,7 +15,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverEphemeralPortsExhausted',
             expr: |||
-              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
+              sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
                 increase(observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"}[1m])
               ) > 0
             ||| % $._config,
@@ -38,7 +38,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             // ports once and exits): increase() takes a series' first value
             // as its start and misses them.
             expr: |||
-              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
+              sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (
                 (
                   observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"}
                     - observer_tcp_connect_errors_total{%(observerSelector)s, error_type="EADDRNOTAVAIL"} offset %(seenWindow)s
@@ -62,10 +62,10 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverEphemeralPortsNearLimit',
             expr: |||
-              max by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_usage{%(observerSelector)s})
-                / on (k8s_cluster_name, host_name, observer_network_namespace) group_left ()
-              max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_ephemeral_port_limit{%(observerSelector)s})
-                > 0.7
+              max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_usage{%(observerSelector)s})
+                / on (%(clusterLabel)s, host_name, observer_network_namespace) group_left ()
+              max by (%(clusterLabel)s, host_name, observer_network_namespace) (observer_ephemeral_port_limit{%(observerSelector)s})
+                > %(portUsageWarningRatio)g
             ||| % $._config,
             'for': '2m',
             labels: { severity: 'warning' },
@@ -80,7 +80,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverEphemeralPortsExhaustionSoon',
             expr: |||
-              min by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_time_to_exhaustion_seconds{%(observerSelector)s}) < 600
+              min by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_time_to_exhaustion_seconds{%(observerSelector)s}) < %(portExhaustionWarningSeconds)g
             ||| % $._config,
             'for': '2m',
             labels: { severity: 'warning' },
@@ -96,12 +96,12 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             alert: 'ObserverTimeWaitSurge',
             expr: |||
               (
-                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m])) > 50
+                sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m])) > %(timeWaitEntriesWarningPerSecond)g
               )
               unless
               (
-                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m]))
-                  <= 3 * sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[1h] offset 5m))
+                sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[2m]))
+                  <= 3 * sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s}[1h] offset 5m))
               )
             ||| % $._config,
             'for': '2m',
@@ -117,7 +117,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverListenOverflow',
             expr: |||
-              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
+              sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
                 increase(observer_tcp_listen_overflows_total{%(observerSelector)s}[1m])
               ) > 0
             ||| % $._config,
@@ -138,7 +138,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             // Every overflow of the last 10 minutes, those of a series born
             // with them included (see ObserverEphemeralPortsExhaustionSeen).
             expr: |||
-              sum by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
+              sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
                 (
                   observer_tcp_listen_overflows_total{%(observerSelector)s}
                     - observer_tcp_listen_overflows_total{%(observerSelector)s} offset %(seenWindow)s
@@ -162,9 +162,9 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverAcceptQueueNearFull',
             expr: |||
-              max by (k8s_cluster_name, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_usage{%(observerSelector)s})
-                / (max by (k8s_cluster_name, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_limit{%(observerSelector)s}) > 0)
-                >= 0.8
+              max by (%(clusterLabel)s, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_usage{%(observerSelector)s})
+                / (max by (%(clusterLabel)s, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_limit{%(observerSelector)s}) > 0)
+                >= %(listenQueueWarningRatio)g
             ||| % $._config,
             'for': '1m',
             labels: { severity: 'warning' },
@@ -179,10 +179,10 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverTimeWaitNearLimit',
             expr: |||
-              max by (k8s_cluster_name, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_time_wait_usage{%(observerSelector)s})
-                / on (k8s_cluster_name, host_name, observer_network_namespace) group_left ()
-              (max by (k8s_cluster_name, host_name, observer_network_namespace) (observer_sysctl_net_ipv4_tcp_max_tw_buckets{%(observerSelector)s}) > 0)
-                > 0.8
+              max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_time_wait_usage{%(observerSelector)s})
+                / on (%(clusterLabel)s, host_name, observer_network_namespace) group_left ()
+              (max by (%(clusterLabel)s, host_name, observer_network_namespace) (observer_sysctl_net_ipv4_tcp_max_tw_buckets{%(observerSelector)s}) > 0)
+                > %(timeWaitBucketsWarningRatio)g
             ||| % $._config,
             'for': '5m',
             labels: { severity: 'warning' },
@@ -197,9 +197,9 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverOpenFilesNearLimit',
             expr: |||
-              max by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_usage{%(observerSelector)s})
-                / (max by (k8s_cluster_name, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_limit{%(observerSelector)s}) > 0)
-                > 0.9
+              max by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_usage{%(observerSelector)s})
+                / (max by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_limit{%(observerSelector)s}) > 0)
+                > %(openFilesWarningRatio)g
             ||| % $._config,
             'for': '5m',
             labels: { severity: 'warning' },
@@ -215,12 +215,12 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             alert: 'ObserverConnectionStorm',
             expr: |||
               (
-                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m])) > 100
+                sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m])) > %(connectsWarningPerSecond)g
               )
               unless
               (
-                sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m]))
-                  <= 5 * sum by (k8s_cluster_name, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1h] offset 5m))
+                sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1m]))
+                  <= 5 * sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s}[1h] offset 5m))
               )
             ||| % $._config,
             'for': '1m',
@@ -256,9 +256,9 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverHookMissing',
             expr: |||
-              count by (k8s_cluster_name, host_name) (observer_probe_info{%(observerSelector)s})
-                < on (k8s_cluster_name) group_left ()
-              max by (k8s_cluster_name) (count by (k8s_cluster_name, host_name) (observer_probe_info{%(observerSelector)s}))
+              count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s})
+                < on (%(clusterLabel)s) group_left ()
+              max by (%(clusterLabel)s) (count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s}))
             ||| % $._config,
             'for': '5m',
             labels: { severity: 'warning' },
@@ -273,7 +273,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverExportFailing',
             expr: |||
-              sum by (k8s_cluster_name, host_name, observer_exporter) (rate(observer_export_failures_total{%(observerSelector)s}[5m])) > 0
+              sum by (%(clusterLabel)s, host_name, observer_exporter) (rate(observer_export_failures_total{%(observerSelector)s}[5m])) > 0
             ||| % $._config,
             'for': '10m',
             labels: { severity: 'warning' },
@@ -288,8 +288,8 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverMissingCounts',
             expr: |||
-              sum by (k8s_cluster_name, host_name) (increase(observer_kernel_missed_events_total{%(observerSelector)s}[10m]))
-                + sum by (k8s_cluster_name, host_name) (increase(observer_kernel_lost_updates_total{%(observerSelector)s}[10m])) > 0
+              sum by (%(clusterLabel)s, host_name) (increase(observer_kernel_missed_events_total{%(observerSelector)s}[10m]))
+                + sum by (%(clusterLabel)s, host_name) (increase(observer_kernel_lost_updates_total{%(observerSelector)s}[10m])) > 0
             ||| % $._config,
             labels: { severity: 'info' },
             annotations: {

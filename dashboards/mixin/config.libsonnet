@@ -13,5 +13,18 @@
     // How far back the ...Seen alerts count single bursts (a series born
     // with its count included).
     seenWindow: '10m',
+    // The label that names a cluster: observer's k8s.cluster.name resource
+    // attribute (--cluster-name), or the external label your Prometheus
+    // adds (kube-prometheus setups often use `cluster`).
+    clusterLabel: 'k8s_cluster_name',
+    // The warnings' thresholds (the critical alerts fire on errors the
+    // kernel returned, which need none). Ratios are usage / limit.
+    portUsageWarningRatio: 0.7,
+    portExhaustionWarningSeconds: 600,
+    timeWaitEntriesWarningPerSecond: 50,
+    listenQueueWarningRatio: 0.8,
+    timeWaitBucketsWarningRatio: 0.8,
+    openFilesWarningRatio: 0.9,
+    connectsWarningPerSecond: 100,
   },
 }

@@ -174,25 +174,75 @@ const ALERTS_HEADER: &str = "\
 # (`promtool test rules dashboards/alerts_test.yaml`).
 ";
 
-/// alerts.yaml is the mixin's prometheusAlerts as jsonnet renders them.
-#[test]
-fn the_alert_rules_are_the_mixin_rendered() {
+/// What Debian's jsonnet renders of the mixin: `expression` evaluated in
+/// dashboards/mixin, as a string (-S).
+fn render_mixin(expression: &str) -> String {
     let jsonnet = tool("OBSERVER_JSONNET", "jsonnet");
-    let render = "std.manifestYamlDoc((import 'mixin.libsonnet').prometheusAlerts, indent_array_in_object=true, \
-                  quote_keys=false)";
     let out = Command::new(&jsonnet)
-        .args(["-S", "-e", render])
+        .args(["-S", "-e", expression])
         .current_dir(dashboards_dir().join("mixin"))
         .output()
         .expect("jsonnet runs");
     assert!(out.status.success(), "jsonnet: {}", String::from_utf8_lossy(&out.stderr));
-    let want = format!("{ALERTS_HEADER}{}", String::from_utf8(out.stdout).unwrap());
-    let path = dashboards_dir().join("alerts.yaml");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The committed dashboards/`file` must equal `want`, the mixin rendered;
+/// `OBSERVER_BLESS=1` rewrites it after the mixin changed.
+fn rendered(file: &str, want: &str) {
+    let path = dashboards_dir().join(file);
     if std::env::var_os("OBSERVER_BLESS").is_some() {
-        std::fs::write(&path, &want).unwrap();
+        std::fs::write(&path, want).unwrap();
     }
     let have = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(have == want, "alerts.yaml is not the mixin rendered: rerun this test with OBSERVER_BLESS=1");
+    assert!(have == want, "{file} is not the mixin rendered: rerun the dashboards test with OBSERVER_BLESS=1");
+}
+
+/// alerts.yaml is the mixin's prometheusAlerts as jsonnet renders them.
+#[test]
+fn the_alert_rules_are_the_mixin_rendered() {
+    let render = "std.manifestYamlDoc((import 'mixin.libsonnet').prometheusAlerts, indent_array_in_object=true, \
+                  quote_keys=false)";
+    rendered("alerts.yaml", &format!("{ALERTS_HEADER}{}", render_mixin(render)));
+}
+
+/// Each board is the mixin's grafanaDashboards entry as jsonnet renders it.
+#[test]
+fn the_dashboards_are_the_mixin_rendered() {
+    for name in BOARDS {
+        let render = format!("std.manifestJsonEx((import 'mixin.libsonnet').grafanaDashboards['{name}'], '  ')");
+        rendered(name, &render_mixin(&render));
+    }
+}
+
+/// A config of one's own changes every query's selector, the cluster
+/// label and the thresholds drawn, as the mixin's users expect.
+#[test]
+fn the_mixin_config_reaches_every_dashboard_query() {
+    let config = "{ _config+:: { observerSelector: 'job=\"node-observer\"', clusterLabel: 'cluster', \
+                  portUsageWarningRatio: 0.5 } }";
+    for name in BOARDS {
+        let board: Value = serde_json::from_str(&render_mixin(&format!(
+            "std.manifestJson(((import 'mixin.libsonnet') + {config}).grafanaDashboards['{name}'])"
+        )))
+        .unwrap();
+        let text = board.to_string();
+        assert!(!text.contains("k8s_cluster_name"), "{name}: the cluster label is configurable");
+        let exprs: Vec<&str> = panels(&board)
+            .into_iter()
+            .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+            .filter_map(|t| t["expr"].as_str())
+            .collect();
+        assert!(!exprs.is_empty());
+        for expr in exprs {
+            let selectors = expr.matches('{').count();
+            assert_eq!(expr.matches("job=\"node-observer\"").count(), selectors, "{name}: every selector: {expr}");
+        }
+    }
+    let avalanche = render_mixin(&format!(
+        "std.manifestJson(((import 'mixin.libsonnet') + {config}).grafanaDashboards['connection-avalanche.json'])"
+    ));
+    assert!(avalanche.contains("\"value\": 0.5"), "the port usage threshold drawn from the config");
 }
 
 /// A file generated from `dashboards/` into deploy/kubernetes/components

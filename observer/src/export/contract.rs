@@ -681,6 +681,33 @@ mod tests {
         assert_eq!(OPEN_FILE_DESCRIPTORS.prometheus_name(), "observer_process_open_file_descriptor_usage");
     }
 
+    /// The README's metric tables (what question each answers) name every
+    /// instrument of the contract and nothing else, so the two cannot
+    /// drift apart (`observer_sysctl_*` stands for the sysctl gauges).
+    #[test]
+    fn the_readme_names_every_instrument_and_only_those() {
+        let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+        let section = readme.split("\n## Metrics\n").nth(1).expect("a Metrics section").split("\n## ").next().unwrap();
+        let named: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .flat_map(|row| row.split('|').next().unwrap().split('`'))
+            .filter(|t| t.starts_with("observer_"))
+            .collect();
+        let covers = |token: &str, name: &str| match token.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == token,
+        };
+        let contract: Vec<String> = ALL.iter().map(|i| i.prometheus_name()).collect();
+        for token in &named {
+            assert!(contract.iter().any(|n| covers(token, n)), "README names {token}, which the contract has not");
+        }
+        for name in &contract {
+            assert!(named.iter().any(|t| covers(t, name)), "README's metric tables leave out {name}");
+        }
+    }
+
     /// docs/metrics.md is this module rendered (OBSERVER_BLESS=1 writes it).
     #[test]
     fn contract_document_is_current() {

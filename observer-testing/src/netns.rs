@@ -128,9 +128,19 @@ impl Netns {
     /// Connections waiting in the accept queue of the listener on `port`
     /// (`ss -lnt` Recv-Q).
     pub fn accept_queue(&self, port: u16) -> u64 {
+        self.listen_column(port, 1)
+    }
+
+    /// The accept queue's limit of the listener on `port`, its backlog
+    /// (`ss -lnt` Send-Q).
+    pub fn listen_backlog(&self, port: u16) -> u64 {
+        self.listen_column(port, 2)
+    }
+
+    fn listen_column(&self, port: u16, column: usize) -> u64 {
         let out = run(self.command("ss").args(["-Hltn", &format!("sport = :{port}")]));
         out.split_whitespace()
-            .nth(1)
+            .nth(column)
             .and_then(|q| q.parse().ok())
             .unwrap_or_else(|| panic!("no listener on {port}: {out}"))
     }

@@ -15,6 +15,7 @@ pub mod export;
 pub mod health;
 pub mod node;
 pub mod probes;
+pub mod queues;
 pub mod round;
 pub mod series;
 pub mod snapshot;

@@ -19,8 +19,9 @@ use crate::{
         Attachment, ProgramHandle,
         hooks::{self, Mode},
     },
+    queues,
     series::SeriesStore,
-    snapshot::{KernelHealth, ListenerGauge, NamespaceGauge, NodeGauges, RoundStats, Snapshot},
+    snapshot::{FoldedListeners, KernelHealth, ListenerGauge, NamespaceGauge, NodeGauges, RoundStats, Snapshot},
 };
 
 /// What one round produced: the deltas it applied (the kernel tests sum
@@ -47,6 +48,8 @@ pub struct Rounds {
     /// (`without_time_wait_check`).
     time_wait_check: bool,
     lost: LossLog,
+    /// A namespace had more listeners than --max-listeners (logged once).
+    listeners_folded_reported: bool,
 }
 
 /// One warning per map each time the kernel side lost updates to it (a
@@ -117,6 +120,7 @@ impl Rounds {
             failures: 0,
             time_wait_check: true,
             lost: LossLog::default(),
+            listeners_folded_reported: false,
         }
     }
 
@@ -172,11 +176,28 @@ impl Rounds {
     /// The node's gauges, each process named by the series store.
     fn gauges(&mut self, node: NodeReading, deltas: &Deltas) -> NodeGauges {
         let mut listeners = Vec::new();
+        let mut folded_listeners = Vec::new();
         let mut namespaces = Vec::new();
         let sweep = node.counts;
+        let max_listeners = self.series.limits().max_listeners;
         for netns in node.namespaces {
             let pod = deltas.namespace_pods.get(&netns.inode).cloned();
-            for listener in netns.listeners {
+            let (kept, folded) = queues::fullest(netns.listeners, max_listeners);
+            if let Some(folded) = folded {
+                if !self.listeners_folded_reported {
+                    self.listeners_folded_reported = true;
+                    tracing::warn!(
+                        network_namespace = %netns.name,
+                        listeners = kept.len() as u64 + folded.listeners,
+                        max = max_listeners,
+                        "a network namespace has more listeners than --max-listeners: the accept queues of the \
+                         least full are summed in one series marked otel_metric_overflow=\"true\"; raise \
+                         --max-listeners to see each (logged once)"
+                    );
+                }
+                folded_listeners.push(FoldedListeners { netns: netns.name.clone(), pod: pod.clone(), folded });
+            }
+            for listener in kept {
                 // Owners whose pod labels are still being looked up are
                 // named from the next round on, labels and all.
                 let owner = deltas
@@ -199,7 +220,7 @@ impl Rounds {
                 Some((who, files::of_process(proc_root, pid)?))
             })
             .collect();
-        NodeGauges { namespaces, listeners, open_files, sweep }
+        NodeGauges { namespaces, listeners, folded_listeners, open_files, sweep }
     }
 
     fn kernel_health(&self, deltas: &Deltas) -> KernelHealth {

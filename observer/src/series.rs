@@ -27,12 +27,16 @@ pub struct Limits {
     pub max_destinations: usize,
     /// Series per counter; beyond, counts go to that counter's fold series.
     pub max_series: usize,
+    /// Listeners per network namespace with accept-queue series of their
+    /// own; the rest of the namespace's are summed (`queues.rs`).
+    pub max_listeners: usize,
 }
 
 impl Limits {
-    /// The defaults of `--max-processes`, `--max-destinations` and
-    /// `--max-series`.
-    pub const DEFAULT: Self = Self { max_processes: 200, max_destinations: 100, max_series: 10_000 };
+    /// The defaults of `--max-processes`, `--max-destinations`,
+    /// `--max-series` and `--max-listeners`.
+    pub const DEFAULT: Self =
+        Self { max_processes: 200, max_destinations: 100, max_series: 10_000, max_listeners: 100 };
 
     /// The fold series a counter can have beyond `max_series`: for connect
     /// errors one per address family and errno (Linux has ~133 errnos).

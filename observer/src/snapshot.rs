@@ -44,6 +44,8 @@ pub struct NodeGauges {
     /// Each network namespace's ceilings and usage.
     pub namespaces: Vec<NamespaceGauge>,
     pub listeners: Vec<ListenerGauge>,
+    /// The listeners beyond `--max-listeners` of each namespace, summed.
+    pub folded_listeners: Vec<FoldedListeners>,
     /// Open files against RLIMIT_NOFILE of each process with series.
     pub open_files: Vec<(Who, OpenFiles)>,
     /// How the sweep read the namespaces.
@@ -66,6 +68,14 @@ pub struct ListenerGauge {
     pub pod: Option<Arc<PodLabels>>,
     pub listener: Listener,
     pub owner: Option<Who>,
+}
+
+/// A namespace's listeners beyond `--max-listeners`, their queues summed.
+#[derive(Clone, Debug)]
+pub struct FoldedListeners {
+    pub netns: String,
+    pub pod: Option<Arc<PodLabels>>,
+    pub folded: crate::queues::Folded,
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -11,7 +11,7 @@ mod common;
 use std::{process::Stdio, time::Duration};
 
 use common::daemon::{Daemon, scrape_until, start_daemon};
-use observer_testing::{ClientReport, Netns, churn};
+use observer_testing::{ClientReport, Netns, churn, http::sample};
 
 const SCANNERS: usize = 25;
 const PORTS: u64 = 100;
@@ -125,4 +125,53 @@ fn a_process_that_renames_itself_keeps_one_series() {
     assert_eq!(series.len(), 1, "one series for the process: {series:?}");
     assert_eq!(series[0].0, 50);
     assert!(series[0].1.contains("process_executable_name=\"observer-churn\""), "{series:?}");
+}
+
+/// A namespace with more listeners than --max-listeners (a pod that opens
+/// thousands would make two gauges each): the fullest keep series of their
+/// own, the others' queues and backlogs are summed in one pair marked
+/// otel_metric_overflow="true", and one log line names the flag. Ground
+/// truth: `ss -lnt` (Recv-Q, Send-Q) of every listener.
+#[test]
+fn listeners_beyond_the_bound_are_summed_the_fullest_keep_their_own() {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = Netns::new();
+    // Five listeners that never accept, with 1, 6, 0, 3 and 2 connections
+    // waiting of a backlog of 8.
+    let waiting = [(8090, 1), (8091, 6), (8092, 0), (8093, 3), (8094, 2)];
+    let _servers: Vec<_> = waiting
+        .iter()
+        .map(|(port, n)| {
+            let server = ns.serve(&["--listen", &format!("127.0.0.1:{port}"), "--backlog", "8", "--never-accept"]);
+            if *n > 0 {
+                let to = format!("127.0.0.1:{port}");
+                assert_eq!(ns.client(&["--to", &to, "--count", &n.to_string(), "--hold"]).connected, *n);
+            }
+            server
+        })
+        .collect();
+    let daemon = start_daemon(&["--max-listeners", "3"]);
+    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name)).unwrap().ino();
+    let netns = format!("observer_network_namespace=\"{inode}\"");
+
+    // The three fullest by share of their backlog, as ss shows them.
+    let mut by_fill: Vec<(u16, u64, u64)> =
+        waiting.iter().map(|(port, _)| (*port, ns.accept_queue(*port), ns.listen_backlog(*port))).collect();
+    by_fill.sort_by(|a, b| (b.1 * a.2).cmp(&(a.1 * b.2)).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    let (kept, rest) = by_fill.split_at(3);
+    assert_eq!(kept.iter().map(|k| k.0).collect::<Vec<_>>(), [8091, 8093, 8094], "{by_fill:?}");
+
+    let usage = |b: &str| samples(b, "observer_listen_queue_usage", &netns).count();
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| usage(b) == 4);
+    let series: Vec<(u64, &str)> = samples(&body, "observer_listen_queue_usage", &netns).collect();
+    assert_eq!(series.len(), 4, "three listeners and one sum: {series:#?}");
+    for (port, queued, backlog) in kept {
+        let port = format!("server_port=\"{port}\"");
+        assert_eq!(sample(&body, "observer_listen_queue_usage", &[&netns, &port]), Some(*queued), "{series:#?}");
+        assert_eq!(sample(&body, "observer_listen_queue_limit", &[&netns, &port]), Some(*backlog));
+    }
+    let folded = [netns.as_str(), "otel_metric_overflow=\"true\""];
+    assert_eq!(sample(&body, "observer_listen_queue_usage", &folded), Some(rest.iter().map(|r| r.1).sum()));
+    assert_eq!(sample(&body, "observer_listen_queue_limit", &folded), Some(rest.iter().map(|r| r.2).sum()));
+    assert!(daemon.log().contains("raise --max-listeners"), "{}", daemon.log());
 }

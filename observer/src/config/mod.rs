@@ -97,6 +97,12 @@ settings! {
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_DESTINATIONS")]
     max_destinations: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_destinations as u32)),
 
+    /// Listeners of one network namespace whose accept queues get series
+    /// of their own, the fullest first; the rest of the namespace's are
+    /// summed in one series marked otel_metric_overflow="true".
+    #[arg(long, value_name = "N", env = "OBSERVER_MAX_LISTENERS")]
+    max_listeners: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_listeners as u32)),
+
     /// Series each counter may have (e.g. connect errors by process, errno
     /// and destination); beyond it, new ones are counted in one series
     /// per errno marked otel_metric_overflow="true", and
@@ -269,6 +275,7 @@ impl Settings {
                 max_processes: preset(s.max_processes).0 as usize,
                 max_destinations: preset(s.max_destinations).0 as usize,
                 max_series: preset(s.max_series).0 as usize,
+                max_listeners: preset(s.max_listeners).0 as usize,
             },
             max_sockets: preset(s.max_sockets).0,
             max_namespaces: preset(s.max_namespaces).0 as usize,

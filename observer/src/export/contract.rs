@@ -131,7 +131,8 @@ const OVERFLOW: Attribute = Attribute {
     key: "otel.metric.overflow",
     ty: Type::Bool,
     meaning: "`true` on the series that counts what a cap folded (--max-processes, --max-destinations, \
-              --max-series): the folded part's attributes are absent; totals stay exact",
+              --max-series; --max-listeners: a namespace's other accept queues, summed): the folded part's \
+              attributes are absent; totals stay exact",
 };
 
 /// Who: the process and, in a pod, its container and pod.

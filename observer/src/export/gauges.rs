@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
 
-use super::{contract, process_attrs, reading, u64_gauge};
+use super::{contract, mark_overflow, process_attrs, reading, u64_gauge};
 use crate::{
     attribution::PodLabels,
     snapshot::{NamespaceGauge, Published},
@@ -102,9 +102,12 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
     }
 
     type QueuePick = fn(&crate::node::sock_diag::Listener) -> u64;
-    let queues: [(&'static contract::Instrument, QueuePick); 2] =
-        [(&contract::LISTEN_QUEUE_USAGE, |q| q.queued.into()), (&contract::LISTEN_QUEUE_LIMIT, |q| q.backlog.into())];
-    for (instrument, pick) in queues {
+    type FoldPick = fn(&crate::queues::Folded) -> u64;
+    let queues: [(&'static contract::Instrument, QueuePick, FoldPick); 2] = [
+        (&contract::LISTEN_QUEUE_USAGE, |q| q.queued.into(), |f| f.queued),
+        (&contract::LISTEN_QUEUE_LIMIT, |q| q.backlog.into(), |f| f.backlog),
+    ];
+    for (instrument, pick, pick_folded) in queues {
         u64_gauge(meter, published, instrument, move |st, obs| {
             let mut attrs = Vec::with_capacity(10);
             for gauge in &st.node.listeners {
@@ -122,6 +125,13 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
                     None => netns_attrs(&gauge.netns, gauge.pod.as_deref(), &mut attrs),
                 }
                 obs.observe(pick(q), &attrs);
+            }
+            // The listeners beyond --max-listeners, one pair per namespace.
+            for fold in &st.node.folded_listeners {
+                attrs.clear();
+                netns_attrs(&fold.netns, fold.pod.as_deref(), &mut attrs);
+                mark_overflow(&mut attrs);
+                obs.observe(pick_folded(&fold.folded), &attrs);
             }
         });
     }

@@ -195,6 +195,41 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             },
           },
           {
+            alert: 'ObserverConntrackNearLimit',
+            expr: |||
+              max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_conntrack_usage{%(observerSelector)s})
+                / (max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_conntrack_limit{%(observerSelector)s}) > 0)
+                > %(conntrackWarningRatio)g
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.host_name }}: conntrack table at {{ $value | humanizePercentage }} of nf_conntrack_max',
+              description: |||
+                In %(netns)s on {{ $labels.host_name }}, the connection tracking table holds {{ $value | humanizePercentage }} of net.netfilter.nf_conntrack_max. At the limit the kernel drops the SYNs of new connections ("nf_conntrack: table full, dropping packet"): clients see connect timeouts, not errors.
+              ||| % { netns: netns },
+              runbook_url: $._config.runbookURLPattern % 'ObserverConntrackNearLimit',
+            },
+          },
+          {
+            alert: 'ObserverConntrackDropping',
+            expr: |||
+              sum by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (
+                increase(observer_conntrack_drops_total{%(observerSelector)s, observer_conntrack_drop_reason=~"table_full|insert_failed"}[1m])
+              ) > 0
+            ||| % $._config,
+            // Drops in every minute for two: a full table stays full.
+            'for': '2m',
+            labels: { severity: 'critical' },
+            annotations: {
+              summary: '{{ $labels.host_name }}: the conntrack table drops new connections',
+              description: |||
+                In %(netns)s on {{ $labels.host_name }}, the connection tracking table dropped {{ $value | printf "%%.0f" }} packets of new connections in the last minute, in every minute for 2 minutes: the table is full (or entries clash). Those connections time out on the client side.
+              ||| % { netns: netns },
+              runbook_url: $._config.runbookURLPattern % 'ObserverConntrackDropping',
+            },
+          },
+          {
             alert: 'ObserverOpenFilesNearLimit',
             expr: |||
               max by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_process_open_file_descriptor_usage{%(observerSelector)s})

@@ -25,6 +25,7 @@
     listenQueueWarningRatio: 0.8,
     timeWaitBucketsWarningRatio: 0.8,
     openFilesWarningRatio: 0.9,
+    conntrackWarningRatio: 0.8,
     connectsWarningPerSecond: 100,
   },
 }

@@ -9,6 +9,7 @@ pub mod ceilings;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod conntrack_drops;
 pub mod daemon;
 pub mod error;
 pub mod export;

@@ -13,6 +13,7 @@ use crate::{
     attribution::Attributor,
     collect::{Collector, Deltas, KernelMaps},
     config::RunConfig,
+    conntrack_drops::ConntrackDrops,
     error::Error,
     node::{NodeReading, files, sweep::Sweeper, trend::PortTrend},
     probes::{
@@ -50,6 +51,7 @@ pub struct Rounds {
     lost: LossLog,
     /// A namespace had more listeners than --max-listeners (logged once).
     listeners_folded_reported: bool,
+    conntrack_drops: ConntrackDrops,
 }
 
 /// One warning per map each time the kernel side lost updates to it (a
@@ -121,6 +123,7 @@ impl Rounds {
             time_wait_check: true,
             lost: LossLog::default(),
             listeners_folded_reported: false,
+            conntrack_drops: ConntrackDrops::default(),
         }
     }
 
@@ -180,6 +183,7 @@ impl Rounds {
         let mut namespaces = Vec::new();
         let sweep = node.counts;
         let max_listeners = self.series.limits().max_listeners;
+        self.conntrack_drops.update(&node);
         for netns in node.namespaces {
             let pod = deltas.namespace_pods.get(&netns.inode).cloned();
             let (kept, folded) = queues::fullest(netns.listeners, max_listeners);
@@ -207,7 +211,8 @@ impl Rounds {
                 listeners.push(ListenerGauge { netns: netns.name.clone(), pod: pod.clone(), listener, owner });
             }
             if let Some(usage) = netns.usage {
-                namespaces.push(NamespaceGauge { name: netns.name, pod, usage });
+                let conntrack_drops = self.conntrack_drops.total(netns.inode);
+                namespaces.push(NamespaceGauge { name: netns.name, pod, usage, conntrack_drops });
             }
         }
         let proc_root = &self.proc_root;

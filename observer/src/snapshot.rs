@@ -58,6 +58,9 @@ pub struct NamespaceGauge {
     pub name: String,
     pub pod: Option<Arc<PodLabels>>,
     pub usage: NetnsUsage,
+    /// Its conntrack table's drops since observer watched it, by
+    /// `DropReason::ALL`'s order (None: no table read).
+    pub conntrack_drops: Option<[u64; 3]>,
 }
 
 /// One listener's accept queue, with the process that listens when known.

@@ -1209,6 +1209,116 @@ function(config)
         },
       },
       {
+        id: 27,
+        type: 'timeseries',
+        title: 'Conntrack tables against nf_conntrack_max',
+        description: "Entries of each network namespace's connection tracking table as a fraction of nf_conntrack_max (the kernel holds each namespace's own count against it), where a firewall or NAT rule makes the namespace track connections. At 1.0 the kernel drops new connections' SYNs: clients see connect timeouts, not errors. Closed connections keep their entry for nf_conntrack_tcp_timeout_time_wait (120 s).",
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 12,
+          x: 0,
+          y: 64,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'percentunit',
+            thresholds: { mode: 'absolute', steps: [{ color: 'green', value: null }, { color: 'orange', value: config.conntrackWarningRatio }, { color: 'red', value: 1 }] },
+            custom: {
+              thresholdsStyle: { mode: 'line' },
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_conntrack_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod"}) / (max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name) (observer_conntrack_limit{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod"}) > 0)',
+            legendFormat: '{{host_name}} netns {{observer_network_namespace}} {{k8s_namespace_name}}/{{k8s_pod_name}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
+        id: 28,
+        type: 'timeseries',
+        title: 'Conntrack drops by namespace and reason',
+        description: "Packets the connection tracking tables dropped per second: table_full (a new connection's SYN, the table full and nothing to evict: the client times out), insert_failed (an entry clashing with another), early_drop (an unanswered connection evicted to make room). Any table_full means the table beside this panel is at its limit.",
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 12,
+          x: 12,
+          y: 64,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'pps',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'sum by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, observer_conntrack_drop_reason) (rate(observer_conntrack_drops_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod"}[$__rate_interval]))',
+            legendFormat: '{{host_name}} netns {{observer_network_namespace}} {{k8s_namespace_name}}/{{k8s_pod_name}}: {{observer_conntrack_drop_reason}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
         id: 21,
         type: 'row',
         title: 'observer health',
@@ -1217,7 +1327,7 @@ function(config)
           h: 1,
           w: 24,
           x: 0,
-          y: 64,
+          y: 71,
         },
         panels: [],
       },
@@ -1234,7 +1344,7 @@ function(config)
           h: 8,
           w: 8,
           x: 0,
-          y: 65,
+          y: 72,
         },
         fieldConfig: {
           defaults: {
@@ -1282,7 +1392,7 @@ function(config)
           h: 8,
           w: 8,
           x: 8,
-          y: 65,
+          y: 72,
         },
         fieldConfig: {
           defaults: {
@@ -1358,7 +1468,7 @@ function(config)
           h: 8,
           w: 8,
           x: 16,
-          y: 65,
+          y: 72,
         },
         fieldConfig: {
           defaults: {

@@ -47,6 +47,7 @@ pub enum Check {
     TimeWait,
     AcceptQueue,
     OpenFiles,
+    Conntrack,
 }
 
 impl Check {
@@ -56,13 +57,14 @@ impl Check {
             Check::TimeWait => "time-wait",
             Check::AcceptQueue => "accept-queue",
             Check::OpenFiles => "open-files",
+            Check::Conntrack => "conntrack",
         }
     }
 
     /// (warning, critical) fractions of the limit.
     pub fn thresholds(self) -> (f64, f64) {
         match self {
-            Check::EphemeralPorts | Check::TimeWait | Check::OpenFiles => (0.7, 0.9),
+            Check::EphemeralPorts | Check::TimeWait | Check::OpenFiles | Check::Conntrack => (0.7, 0.9),
             // A full queue drops connections; half full means it is not drained.
             Check::AcceptQueue => (0.5, 0.9),
         }
@@ -86,6 +88,10 @@ impl Check {
                  listen() backlog together with net.core.somaxconn"
             }
             Check::OpenFiles => "raise the process's RLIMIT_NOFILE (LimitNOFILE=, ulimit -n) or find its fd leak",
+            Check::Conntrack => {
+                "find who opens so many connections and reuse them; raise net.netfilter.nf_conntrack_max on \
+                 the host (~300 bytes of kernel memory per entry) or shorten nf_conntrack_tcp_timeout_time_wait"
+            }
         }
     }
 }

@@ -104,6 +104,11 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
                 report.findings.push(Finding::new(Check::TimeWait, netns, subject, u.minisockets, tw_limit));
             }
         }
+        // Only where the namespace tracks connections at all.
+        if let Some(table) = u.conntrack.filter(|t| t.entries > 0) {
+            let subject = "conntrack table".to_string();
+            report.findings.push(Finding::new(Check::Conntrack, netns, subject, table.entries, table.limit));
+        }
         for l in listeners {
             let owner = owners
                 .get(&l.inode)

@@ -120,7 +120,7 @@ settings! {
 
     /// Network namespaces (pods, the host, `ip netns`) that are read; more
     /// are left out, and observer_network_namespace_usage{observer_reading="unread"} says how
-    /// many. Each holds 12 file descriptors of observer's open.
+    /// many. Each holds 15 file descriptors of observer's open.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_NAMESPACES")]
     max_namespaces: MaxNamespaces = Preset::Value(MaxNamespaces(1024)),
 

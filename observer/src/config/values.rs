@@ -222,7 +222,7 @@ macro_rules! choice_setting {
 }
 
 number_setting!(
-    /// How many network namespaces are read. Each holds 12 file
+    /// How many network namespaces are read. Each holds 15 file
     /// descriptors open (node::sweep::FILES_PER_NAMESPACE), so the bound
     /// also bounds observer's files.
     MaxNamespaces,

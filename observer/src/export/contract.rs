@@ -301,6 +301,40 @@ pub const EPHEMERAL_PORT_TIME_TO_EXHAUSTION: Instrument = Instrument {
     attributes: &[NETWORK_NAMESPACE, SOURCE, DESTINATION],
 };
 
+pub const CONNTRACK_USAGE: Instrument = Instrument {
+    name: "observer.conntrack.usage",
+    kind: Kind::Gauge,
+    unit: "{entry}",
+    description: "Entries of the namespace's connection tracking table now (nf_conntrack_count), where \
+                  nf_conntrack is loaded; at observer.conntrack.limit new connections' packets are dropped",
+    attributes: &[NETWORK_NAMESPACE],
+};
+
+pub const CONNTRACK_LIMIT: Instrument = Instrument {
+    name: "observer.conntrack.limit",
+    kind: Kind::Gauge,
+    unit: "{entry}",
+    description: "nf_conntrack_max, which the kernel holds each namespace's count against (set on the host)",
+    attributes: &[NETWORK_NAMESPACE],
+};
+
+const CONNTRACK_DROP_REASON: &[Attribute] = &[Attribute {
+    key: "observer.conntrack.drop_reason",
+    ty: Type::String,
+    meaning: "`table_full`: a new connection's packet dropped, the table full and nothing to evict (the \
+              statistics' `drop`); `early_drop`: an unanswered connection evicted to make room; \
+              `insert_failed`: a packet dropped, its entry clashing with another",
+}];
+
+pub const CONNTRACK_DROPS: Instrument = Instrument {
+    name: "observer.conntrack.drops",
+    kind: Kind::Counter,
+    unit: "{packet}",
+    description: "Drops of the namespace's connection tracking table (/proc/net/stat/nf_conntrack) since observer \
+                  first read it (all of them for a namespace created later)",
+    attributes: &[NETWORK_NAMESPACE, CONNTRACK_DROP_REASON],
+};
+
 pub const TIME_WAIT_USAGE: Instrument = Instrument {
     name: "observer.time_wait.usage",
     kind: Kind::Gauge,
@@ -567,6 +601,9 @@ pub const ALL: &[&Instrument] = &[
     &TIME_WAIT_USAGE,
     &LISTEN_QUEUE_USAGE,
     &LISTEN_QUEUE_LIMIT,
+    &CONNTRACK_USAGE,
+    &CONNTRACK_LIMIT,
+    &CONNTRACK_DROPS,
     &SYSCTL_PORT_RANGE_LOW,
     &SYSCTL_PORT_RANGE_HIGH,
     &SYSCTL_TCP_FIN_TIMEOUT,

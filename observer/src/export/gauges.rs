@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
 
-use super::{contract, mark_overflow, process_attrs, reading, u64_gauge};
+use super::{contract, mark_overflow, process_attrs, reading, u64_counter, u64_gauge};
 use crate::{
     attribution::PodLabels,
+    node::conntrack::DropReason,
     snapshot::{NamespaceGauge, Published},
 };
 
@@ -77,7 +78,9 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
         }))
         .build();
     type NetnsPick = fn(&crate::node::NetnsUsage) -> Option<u64>;
-    let per_netns: [(&'static contract::Instrument, NetnsPick); 9] = [
+    let per_netns: [(&'static contract::Instrument, NetnsPick); 11] = [
+        (&contract::CONNTRACK_USAGE, |u| u.conntrack.map(|c| c.entries)),
+        (&contract::CONNTRACK_LIMIT, |u| u.conntrack.map(|c| c.limit)),
         (&contract::EPHEMERAL_PORT_LIMIT, |u| Some(u.settings.ephemeral_ports().into())),
         (&contract::TIME_WAIT_USAGE, |u| u.counts.as_ref().map(|c| c.time_wait)),
         (&contract::SYSCTL_PORT_RANGE_LOW, |u| Some(u.settings.ip_local_port_range.0.into())),
@@ -100,6 +103,19 @@ pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
             }
         });
     }
+
+    u64_counter(meter, published, &contract::CONNTRACK_DROPS, |st, obs| {
+        let mut attrs = Vec::with_capacity(5);
+        for ns in &st.node.namespaces {
+            let Some(drops) = ns.conntrack_drops else { continue };
+            for (reason, n) in DropReason::ALL.iter().zip(drops) {
+                attrs.clear();
+                netns_attrs(&ns.name, ns.pod.as_deref(), &mut attrs);
+                attrs.push(KeyValue::new("observer.conntrack.drop_reason", reason.as_str()));
+                obs.observe(n, &attrs);
+            }
+        }
+    });
 
     type QueuePick = fn(&crate::node::sock_diag::Listener) -> u64;
     type FoldPick = fn(&crate::queues::Folded) -> u64;

@@ -2,6 +2,7 @@
 //! sockets (sock_diag), counts and settings, who owns a socket and how many
 //! files a process holds (/proc). The daemon reads it once per round
 //! (`sweep::Sweeper`), `observer doctor` on demand (`sweep::once`).
+pub mod conntrack;
 pub mod executable;
 pub mod files;
 pub mod netns;
@@ -55,6 +56,9 @@ pub struct NetnsUsage {
     /// Ports per destination and TIME_WAIT from the namespace's latest dump
     /// (see `sweep`); None before its first.
     pub counts: Option<SocketCounts>,
+    /// Its connection tracking table, read each round (None where
+    /// nf_conntrack is not loaded).
+    pub conntrack: Option<conntrack::Conntrack>,
 }
 
 /// One reading of every network namespace of the node.

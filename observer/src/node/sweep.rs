@@ -29,7 +29,9 @@ use std::{
 };
 
 use super::{
-    NetnsReading, NetnsUsage, NodeReading, netns,
+    NetnsReading, NetnsUsage, NodeReading,
+    conntrack::{self, Conntrack, ConntrackFiles},
+    netns,
     screen::{Screen, ScreenFiles},
     settings::{NetSettings, SettingsFiles},
     sock_diag::{DiagSocket, Listener},
@@ -55,8 +57,9 @@ pub const KERNEL_CHECK_EVERY: u64 = 10;
 pub const COLD_BUDGET_SHARE: u32 = 100;
 
 /// File descriptors `NetnsFiles` holds (the daemon's): a sock_diag socket,
-/// sockstat, sockstat6, snmp, netstat and the 7 settings' sysctl files.
-pub const FILES_PER_NAMESPACE: u64 = 12;
+/// sockstat, sockstat6, snmp, netstat, the 7 settings' sysctl files and the
+/// conntrack table's 3.
+pub const FILES_PER_NAMESPACE: u64 = 12 + conntrack::FILES;
 
 /// One namespace's kernel interfaces, opened from inside it, read from any
 /// thread afterwards. Held open, they keep the namespace alive: they are
@@ -65,6 +68,8 @@ pub struct NetnsFiles {
     diag: DiagSocket,
     screen: ScreenFiles,
     settings: SettingsFiles,
+    /// None where nf_conntrack is not loaded.
+    conntrack: Option<ConntrackFiles>,
 }
 
 impl NetnsFiles {
@@ -75,15 +80,20 @@ impl NetnsFiles {
             diag: DiagSocket::open()?,
             screen: ScreenFiles::open(follow_changes)?,
             settings: SettingsFiles::open()?,
+            conntrack: ConntrackFiles::open(),
         })
     }
 
-    /// The cheap parts: listeners, settings, screen.
+    /// The cheap parts: listeners, settings, screen, conntrack table.
     pub fn glance(&mut self, inode: u32) -> io::Result<Glance> {
         Ok(Glance {
             listeners: self.diag.listeners(inode)?,
             settings: self.settings.read()?,
             screen: self.screen.read()?,
+            // A table that cannot be read leaves out its gauges only.
+            conntrack: self.conntrack.as_ref().and_then(|files| {
+                files.read().map_err(|e| tracing::debug!(netns = inode, error = %e, "conntrack table unread")).ok()
+            }),
         })
     }
 
@@ -98,6 +108,7 @@ pub struct Glance {
     pub listeners: Vec<Listener>,
     pub settings: NetSettings,
     pub screen: Screen,
+    pub conntrack: Option<Conntrack>,
 }
 
 impl Glance {
@@ -125,6 +136,7 @@ impl Glance {
             minisockets: self.screen.minisockets,
             settings: self.settings,
             counts,
+            conntrack: self.conntrack,
         };
         (self.listeners, usage)
     }
@@ -424,6 +436,7 @@ mod tests {
                 tcp_max_tw_buckets: tw_buckets,
             },
             screen,
+            conntrack: None,
         }
     }
 

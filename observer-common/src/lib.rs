@@ -152,6 +152,64 @@ pub struct ThreadConnect {
     pub _pad: u32,
 }
 
+/// Key of the connection counters: who holds the connection, which way
+/// it goes, and its far end: outbound (`direction::OUTBOUND`), the server's
+/// address (network byte order, IPv4 in the first 4 bytes) and port (host
+/// order); inbound, the listener's port, with the address left zero. The
+/// socket's network namespace (its inode) finds an inbound connection's
+/// listener again (userspace names an owner the programs did not see).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionKey {
+    pub actor: Actor,
+    pub addr: [u8; 16],
+    pub family: u16,
+    pub port: u16,
+    pub direction: u32,
+    pub netns: u32,
+    pub _pad: u32,
+}
+
+/// Which way a connection goes, as `ConnectionKey::direction`.
+pub mod direction {
+    /// This host connected (the socket went SYN_SENT -> ESTABLISHED).
+    pub const OUTBOUND: u32 = 0;
+    /// A listener of this host accepted it (SYN_RECV -> ESTABLISHED).
+    pub const INBOUND: u32 = 1;
+}
+
+/// How long connections stayed established, in log2 buckets: bucket `i`
+/// counts lifetimes of at most 2^i ms (1 ms .. 2^20 ms, 17.5 min) and above
+/// the one before; the last bucket, those longer.
+pub mod lifetime {
+    pub const BUCKETS: usize = 22;
+    /// The upper bound of bucket `i` (< BUCKETS - 1), in nanoseconds.
+    pub const fn bound_ns(i: usize) -> u64 {
+        (1u64 << i) * 1_000_000
+    }
+}
+
+/// Counts of one `ConnectionKey` in one interval. Not per CPU (a value
+/// this size times every CPU would be large): the programs add atomically.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections that reached ESTABLISHED.
+    pub established: u64,
+    /// Connections that left ESTABLISHED (a FIN sent or received, a
+    /// reset), by how long they had been established (`lifetime`).
+    pub closed: [u64; lifetime::BUCKETS],
+}
+
+/// An established connection being followed (key: `struct sock *`): the
+/// key its counts go to, and since when (bpf_ktime_get_ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenConnection {
+    pub key: ConnectionKey,
+    pub since: u64,
+}
+
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
 /// array before the shared tracepoint programs are attached.
 #[repr(C)]
@@ -197,6 +255,7 @@ pub mod buffers {
 pub struct KeysCreated {
     pub proc_counters: u64,
     pub connect_errors: u64,
+    pub connections: u64,
 }
 
 /// The sockets whose TIME_WAIT entry a CPU counted last (see time_wait.rs
@@ -226,7 +285,12 @@ pub mod lost {
     pub const TIME_WAIT_BY_NETNS_FULL: u32 = 3;
     pub const LISTEN_OVERFLOWS_FULL: u32 = 4;
     pub const CLOSED_LISTENERS_FULL: u32 = 5;
-    pub const SLOTS: u32 = 6;
+    /// A connection reached ESTABLISHED with `OPEN_CONNECTIONS` full: it is
+    /// not followed (neither its opening nor its end counts).
+    pub const OPEN_CONNECTIONS_FULL: u32 = 6;
+    /// A connection count with the buffer's `CONNECTIONS` map full.
+    pub const CONNECTIONS_FULL: u32 = 7;
+    pub const SLOTS: u32 = 8;
 }
 
 /// The LRU maps (entries the kernel evicts to make room when full) and the
@@ -267,6 +331,11 @@ pub mod capacity {
     pub const LISTEN_OVERFLOWS: u32 = 16_384;
     /// Listeners closed within one interval, in the sweep's mode.
     pub const CLOSED_LISTENERS: u32 = 4_096;
+    /// Connection counts per key within one interval.
+    pub const CONNECTIONS: u32 = 16_384;
+    /// Established connections followed at once: the default; `observer
+    /// run --max-sockets` sets it with `SOCK_OWNERS`.
+    pub const OPEN_CONNECTIONS: u32 = 65_536;
 }
 
 const _: () = {
@@ -281,6 +350,9 @@ const _: () = {
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
     assert!(size_of::<Config>() == 16);
-    assert!(size_of::<KeysCreated>() == 16);
+    assert!(size_of::<KeysCreated>() == 24);
+    assert!(size_of::<ConnectionKey>() == 64);
+    assert!(size_of::<ConnectionCounts>() == 184);
+    assert!(size_of::<OpenConnection>() == 72);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -18,6 +18,9 @@ pub mod maps {
     pub const LISTEN_OVERFLOWS: &str = "LISTEN_OVERFLOWS";
     pub const LISTEN_OVERFLOWS_BUFFERS: [&str; 2] = ["LISTEN_OVERFLOWS_0", "LISTEN_OVERFLOWS_1"];
     pub const CLOSED_LISTENERS: &str = "CLOSED_LISTENERS";
+    pub const CONNECTIONS: &str = "CONNECTIONS";
+    pub const CONNECTIONS_BUFFERS: [&str; 2] = ["CONNECTIONS_0", "CONNECTIONS_1"];
+    pub const OPEN_CONNECTIONS: &str = "OPEN_CONNECTIONS";
     pub const SOCK_OWNERS: &str = "SOCK_OWNERS";
     pub const LISTENERS: &str = "LISTENERS";
     pub const INFLIGHT_CONNECTS: &str = "INFLIGHT_CONNECTS";

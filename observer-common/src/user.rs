@@ -1,6 +1,6 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
-    Actor, ClosedListener, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
+    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, OpenConnection, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
     ListenerKey, ProcCounters, ProcKey, ThreadConnect,
 };
 
@@ -18,6 +18,9 @@ unsafe impl aya::Pod for ThreadConnect {}
 unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for KeysCreated {}
 unsafe impl aya::Pod for KernelOffsets {}
+unsafe impl aya::Pod for ConnectionKey {}
+unsafe impl aya::Pod for ConnectionCounts {}
+unsafe impl aya::Pod for OpenConnection {}
 
 impl Actor {
     /// The executable name as text (comm up to its first NUL).

@@ -10,14 +10,16 @@
 //! each update goes to the one `Config::buffer` names when it starts.
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
 use observer_common::{
-    Actor, ConnectErrorKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey, TASK_COMM_LEN,
+    Actor, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey,
+    TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
-    lost, lru,
+    lifetime, lost, lru,
 };
 
 use crate::maps::{
-    CONNECT_ERRORS_0, CONNECT_ERRORS_1, KEYS_CREATED_0, KEYS_CREATED_1, LISTEN_OVERFLOWS_0, LISTEN_OVERFLOWS_1, LOST,
-    LRU_CHURN, PROC_COUNTERS_0, PROC_COUNTERS_1, TIME_WAIT_BY_NETNS, config,
+    CONNECT_ERRORS_0, CONNECT_ERRORS_1, CONNECTIONS_0, CONNECTIONS_1, KEYS_CREATED_0, KEYS_CREATED_1,
+    LISTEN_OVERFLOWS_0, LISTEN_OVERFLOWS_1, LOST, LRU_CHURN, PROC_COUNTERS_0, PROC_COUNTERS_1, TIME_WAIT_BY_NETNS,
+    config,
 };
 
 #[derive(Clone, Copy)]
@@ -25,6 +27,14 @@ pub enum ProcCounter {
     Connects,
     Accepts,
     TimeWaitEntries,
+}
+
+/// The per-process shares of keys (`KeysCreated`), by map.
+#[derive(Clone, Copy)]
+enum Share {
+    ProcCounters,
+    ConnectErrors,
+    Connections,
 }
 
 #[inline(always)]
@@ -82,12 +92,12 @@ fn buffer() -> u32 {
     config().buffer
 }
 
-/// Whether the process may create one more key in the buffer's connect
-/// errors map (`errors`) or process counters map, counting it if so. The
+/// Whether the process may create one more key in the buffer's map
+/// `share` names, counting it if so. The
 /// check and the count are two steps: CPUs racing on one process may each
 /// pass at the bound, so a process can exceed it by at most one key per CPU.
 #[inline(always)]
-fn may_create_key(keys: &HashMap<u32, KeysCreated>, tgid: u32, errors: bool) -> bool {
+fn may_create_key(keys: &HashMap<u32, KeysCreated>, tgid: u32, share: Share) -> bool {
     let created = match keys.get_ptr_mut(&tgid) {
         Some(v) => v,
         None => {
@@ -101,7 +111,13 @@ fn may_create_key(keys: &HashMap<u32, KeysCreated>, tgid: u32, errors: bool) -> 
         }
     };
     // SAFETY: `created` points into the map value, valid for the program's run.
-    let count = unsafe { if errors { &raw mut (*created).connect_errors } else { &raw mut (*created).proc_counters } };
+    let count = unsafe {
+        match share {
+            Share::ProcCounters => &raw mut (*created).proc_counters,
+            Share::ConnectErrors => &raw mut (*created).connect_errors,
+            Share::Connections => &raw mut (*created).connections,
+        }
+    };
     // SAFETY: as above.
     if unsafe { core::ptr::read_volatile(count) } >= KEYS_PER_PROCESS {
         return false;
@@ -121,6 +137,70 @@ fn value_of<K, V>(map: &PerCpuHashMap<K, V>, key: &K, zero: &V) -> Option<*mut V
     map.get_ptr_mut(key)
 }
 
+/// `value_of` for a map shared by all CPUs.
+#[inline(always)]
+fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let _ = map.insert(key, zero, 1);
+    map.get_ptr_mut(key)
+}
+
+/// The zero value new connection keys start from: a global rather than
+/// the stack, which a 184-byte value would crowd.
+static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts { established: 0, closed: [0; lifetime::BUCKETS] };
+
+/// Count one connection reaching ESTABLISHED under `key` (the followed
+/// connection's own, in its `OPEN_CONNECTIONS` entry); for a process past
+/// its share of keys in this interval, `key`'s destination is folded
+/// (`FOLDED_DADDR`) first, so its end goes where its start went. False if
+/// the buffer's map is full.
+#[inline(always)]
+pub fn bump_connection_established(key: &mut ConnectionKey) -> bool {
+    let (map, keys) = if buffer() == 0 { (&CONNECTIONS_0, &KEYS_CREATED_0) } else { (&CONNECTIONS_1, &KEYS_CREATED_1) };
+    let value = match map.get_ptr_mut(&*key) {
+        Some(v) => Some(v),
+        None => {
+            if !may_create_key(keys, key.actor.tgid, Share::Connections) {
+                key.addr = FOLDED_DADDR;
+                key.port = 0;
+            }
+            shared_value_of(map, &*key, &ZERO_CONNECTION_COUNTS)
+        }
+    };
+    let Some(value) = value else {
+        count_lost(lost::CONNECTIONS_FULL);
+        return false;
+    };
+    // SAFETY: `value` points into the map's value, shared by all CPUs: the
+    // add is atomic.
+    add(unsafe { &raw mut (*value).established }, 1);
+    true
+}
+
+/// Count the end of a connection established `lived_ns` ago under `key`
+/// (the key its start was counted under: never folded again, so a
+/// connection's start and end always meet).
+#[inline(always)]
+pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: u64) {
+    let map = if buffer() == 0 { &CONNECTIONS_0 } else { &CONNECTIONS_1 };
+    let Some(value) = shared_value_of(map, key, &ZERO_CONNECTION_COUNTS) else {
+        return count_lost(lost::CONNECTIONS_FULL);
+    };
+    let mut bucket = lifetime::BUCKETS - 1;
+    for i in 0..lifetime::BUCKETS - 1 {
+        if lived_ns <= lifetime::bound_ns(i) {
+            bucket = i;
+            break;
+        }
+    }
+    // SAFETY: as above; `bucket` < BUCKETS.
+    if let Some(slot) = unsafe { (*value).closed.get_mut(bucket) } {
+        add(slot, 1);
+    }
+}
+
 /// Add one to `counter` of (`actor`, `family`), creating the entry if needed.
 #[inline(always)]
 pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
@@ -132,7 +212,7 @@ pub fn bump_proc(actor: &Actor, family: u16, counter: ProcCounter) {
         None => {
             // A process over its share (one that renames itself without
             // end) counts under its name-less key.
-            if !may_create_key(keys, actor.tgid, false) {
+            if !may_create_key(keys, actor.tgid, Share::ProcCounters) {
                 key.actor.comm = [0; TASK_COMM_LEN];
             }
             value_of(map, &key, &ProcCounters::default())
@@ -170,7 +250,7 @@ pub fn bump_connect_error(key: &ConnectErrorKey) {
             // A process over its share of destinations (a scanner) counts
             // under its folded destination: its totals per errno stay exact.
             let mut key = *key;
-            if !may_create_key(keys, key.actor.tgid, true) {
+            if !may_create_key(keys, key.actor.tgid, Share::ConnectErrors) {
                 key.daddr = FOLDED_DADDR;
                 key.dport = 0;
             }

@@ -10,6 +10,7 @@
 
 mod accept;
 mod connect;
+mod connections;
 mod counters;
 mod exit;
 mod kernel;

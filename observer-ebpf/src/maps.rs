@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, Queue},
 };
 use observer_common::{
-    Actor, ClosedListener, Config, ConnectErrorKey, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
+    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, OpenConnection, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
     ListenerKey, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect, capacity, lost, lru,
 };
 
@@ -94,6 +94,24 @@ pub static LISTEN_OVERFLOWS_0: PerCpuHashMap<ListenOverflowKey, u64> =
 #[map]
 pub static LISTEN_OVERFLOWS_1: PerCpuHashMap<ListenOverflowKey, u64> =
     PerCpuHashMap::with_max_entries(capacity::LISTEN_OVERFLOWS, 0);
+
+/// Connections established and closed per owner, direction and far end
+/// (connections.rs); two buffers. Plain hash maps with atomic adds: a
+/// per-CPU copy of a 184-byte value would cost too much memory.
+#[map]
+pub static CONNECTIONS_0: HashMap<ConnectionKey, ConnectionCounts> =
+    HashMap::with_max_entries(capacity::CONNECTIONS, 0);
+#[map]
+pub static CONNECTIONS_1: HashMap<ConnectionKey, ConnectionCounts> =
+    HashMap::with_max_entries(capacity::CONNECTIONS, 0);
+
+/// Established connections being followed (key: `struct sock *`), so the
+/// end of each is charged where its start was. Not LRU: an entry evicted
+/// would leave a connection counted open for ever; a full map instead
+/// leaves the new connection out, counted in `LOST`.
+#[map]
+pub static OPEN_CONNECTIONS: HashMap<u64, OpenConnection> =
+    HashMap::with_max_entries(capacity::OPEN_CONNECTIONS, 0);
 
 /// Listeners that closed, with their last drop count, for the sweep to
 /// settle (only where no overflow hook is attached, `Config`).

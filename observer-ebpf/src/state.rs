@@ -9,12 +9,15 @@
 //!   overflow hook), queue the listener's last one for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
 //!   hook is attached (one of the pair of programs of time_wait.rs);
+//! - -> ESTABLISHED, ESTABLISHED ->: a connection opens, ends
+//!   (connections.rs);
 //! - -> CLOSE: forget the socket's owner.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{ClosedListener, ListenerKey, lost, lru, tcp_state::*};
 
 use crate::{
     connect::{connect_settled, syn_sent_in_connect},
+    connections::{connection_ended, connection_established},
     counters::{count_lost, lru_insert, lru_remove},
     kernel::{
         IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
@@ -28,10 +31,11 @@ use crate::{
 pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
-    // Most transitions of a connection (ESTABLISHED -> FIN_WAIT1 -> ...)
-    // need nothing here; leave before reading the socket (this program
-    // runs ~10 times per connection).
-    if !(old == SYN_SENT || new == SYN_SENT || new == LISTEN || new == CLOSE) {
+    // The closing transitions after the first (FIN_WAIT1 -> FIN_WAIT2 ->
+    // ...) need nothing here; leave before reading the socket (this
+    // program runs ~10 times per connection).
+    if !(old == SYN_SENT || new == SYN_SENT || new == LISTEN || new == CLOSE || new == ESTABLISHED || old == ESTABLISHED)
+    {
         return 0;
     }
     let sk: u64 = ctx.arg(0);
@@ -41,6 +45,11 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     // Before the owner is forgotten below.
     if config().time_wait_from_state == 1 && is_time_wait_entry(sk, old, new) {
         count_once_per_pair(sk);
+    }
+    if new == ESTABLISHED {
+        connection_established(sk, old);
+    } else if old == ESTABLISHED || new == CLOSE {
+        connection_ended(sk);
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => syn_sent_in_connect(sk),

@@ -10,4 +10,4 @@ pub mod http;
 pub mod netns;
 
 pub use churn::{ClientReport, Server, churn};
-pub use netns::Netns;
+pub use netns::{HoldingClient, Netns};

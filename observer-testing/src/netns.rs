@@ -193,6 +193,77 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Run `observer-churn connect --hold --until-eof ...` here: returns
+    /// once every attempt is made, with the connections still open; they
+    /// close when the returned client is dropped.
+    pub fn client_holding(&self, args: &[&str]) -> HoldingClient {
+        self.start_holding(self.command(&churn()), args)
+    }
+
+    /// `client_holding`, with at most `limit` open files (as
+    /// `serve_with_open_files_limit`).
+    pub fn client_holding_with_open_files_limit(&self, limit: u32, args: &[&str]) -> HoldingClient {
+        let mut cmd = self.command("prlimit");
+        cmd.args([format!("--nofile={limit}:{limit}"), churn()]);
+        self.start_holding(cmd, args)
+    }
+
+    fn start_holding(&self, mut cmd: Command, args: &[&str]) -> HoldingClient {
+        let mut child = cmd
+            .args(["connect", "--hold", "--until-eof"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn client");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        let report = ClientReport::parse(child.id(), &line);
+        HoldingClient { child, report }
+    }
+
+    /// The ESTABLISHED connections `ss` lists here matching `filter` (an
+    /// `ss` filter expression, e.g. "dport = :5432"), of process `pid`
+    /// only if given (`ss -p`: the process holding each socket).
+    pub fn established(&self, filter: &str, pid: Option<u32>) -> u64 {
+        let out = run(self.command("ss").args(["-Htnp", "state", "established"]).arg(filter));
+        let owner = pid.map(|p| format!("pid={p},"));
+        out.lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter(|l| owner.as_ref().is_none_or(|o| l.contains(o.as_str())))
+            .count() as u64
+    }
+}
+
+/// A client holding its connections open (`Netns::client_holding`).
+pub struct HoldingClient {
+    child: std::process::Child,
+    pub report: ClientReport,
+}
+
+impl HoldingClient {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Close the connections and wait for the client to end.
+    pub fn close(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HoldingClient {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl Default for Netns {
     fn default() -> Self {
         Self::new()

@@ -85,8 +85,16 @@ impl LossLog {
 
     fn remedy(map: &str) -> &'static str {
         match map {
-            maps::PROC_COUNTERS | maps::CONNECT_ERRORS | maps::LISTEN_OVERFLOWS | maps::CLOSED_LISTENERS => {
+            maps::PROC_COUNTERS
+            | maps::CONNECT_ERRORS
+            | maps::LISTEN_OVERFLOWS
+            | maps::CLOSED_LISTENERS
+            | maps::CONNECTIONS => {
                 "it holds one interval's keys: shorten --interval"
+            }
+            maps::OPEN_CONNECTIONS => {
+                "more connections were established at once than it follows: the newest are left out of \
+                 observer_tcp_connection_usage and the connection counters; raise --max-sockets"
             }
             maps::INFLIGHT_CONNECTS => "more connect() calls were in flight at once than it holds (16,384)",
             maps::TIME_WAIT_BY_NETNS => "more network namespaces had TIME_WAIT entries than it holds (4,096)",
@@ -225,7 +233,8 @@ impl Rounds {
                 Some((who, files::of_process(proc_root, pid)?))
             })
             .collect();
-        NodeGauges { namespaces, listeners, folded_listeners, open_files, sweep }
+        let open_connections = self.series.open_connections(&deltas.open_connections, &deltas.pods);
+        NodeGauges { namespaces, listeners, folded_listeners, open_files, open_connections, sweep }
     }
 
     fn kernel_health(&self, deltas: &Deltas) -> KernelHealth {
@@ -238,6 +247,8 @@ impl Rounds {
                 (maps::TIME_WAIT_BY_NETNS, deltas.lost[lost::TIME_WAIT_BY_NETNS_FULL as usize]),
                 (maps::LISTEN_OVERFLOWS, deltas.lost[lost::LISTEN_OVERFLOWS_FULL as usize]),
                 (maps::CLOSED_LISTENERS, deltas.lost[lost::CLOSED_LISTENERS_FULL as usize]),
+                (maps::OPEN_CONNECTIONS, deltas.lost[lost::OPEN_CONNECTIONS_FULL as usize]),
+                (maps::CONNECTIONS, deltas.lost[lost::CONNECTIONS_FULL as usize]),
             ],
             unseen: [
                 ("time_wait_entry", deltas.unseen_time_wait, self.time_wait_check),

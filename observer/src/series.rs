@@ -13,7 +13,7 @@ use std::{
     sync::Arc,
 };
 
-use observer_common::{AF_INET6, Actor, ConnectErrorKey, buffers};
+use observer_common::{AF_INET6, Actor, ConnectErrorKey, ConnectionKey, buffers, direction};
 
 use crate::{
     attribution::{Identity, PodKey, PodLabels, pod_key},
@@ -58,15 +58,19 @@ pub enum Counter {
     TimeWaitEntries,
     ConnectErrors,
     ListenOverflows,
+    ConnectionsEstablished,
+    ConnectionsClosed,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 5] = [
+    pub const ALL: [Counter; 7] = [
         Counter::Connects,
         Counter::Accepts,
         Counter::TimeWaitEntries,
         Counter::ConnectErrors,
         Counter::ListenOverflows,
+        Counter::ConnectionsEstablished,
+        Counter::ConnectionsClosed,
     ];
 
     /// The instrument it is exported as.
@@ -77,6 +81,8 @@ impl Counter {
             Counter::TimeWaitEntries => &contract::TCP_TIME_WAIT_ENTRIES,
             Counter::ConnectErrors => &contract::TCP_CONNECT_ERRORS,
             Counter::ListenOverflows => &contract::TCP_LISTEN_OVERFLOWS,
+            Counter::ConnectionsEstablished => &contract::TCP_CONNECTIONS_ESTABLISHED,
+            Counter::ConnectionsClosed => &contract::TCP_CONNECTIONS_CLOSED,
         }
     }
 
@@ -150,6 +156,68 @@ pub struct OverflowSeries {
     pub port: u16,
 }
 
+/// Which way a connection goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    /// This host connected: the far end is the server.
+    Outbound,
+    /// A listener here accepted it: the far end is the listener's port.
+    Inbound,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Outbound => "outbound",
+            Direction::Inbound => "inbound",
+        }
+    }
+}
+
+/// Connections of a process: outbound to a server (`dest`), or inbound to
+/// one of its listeners (`dest` is `Addr` with the unspecified address and
+/// the listener's port).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionSeries {
+    pub who: Who,
+    pub network: NetworkType,
+    pub direction: Direction,
+    pub dest: Dest,
+}
+
+/// Connection lifetimes as exported: the kernel's log2 buckets (observer-
+/// common's `lifetime`) two by two, so 12 bounds of 4^j ms each; a count
+/// per bucket (not cumulative; the export sums them up to each bound).
+pub mod lifetimes {
+    use observer_common::lifetime;
+
+    pub const BUCKETS: usize = 12;
+    /// The upper bounds in seconds, as the `le` attribute says them.
+    pub const LE: [&str; BUCKETS] =
+        ["0.001", "0.004", "0.016", "0.064", "0.256", "1.024", "4.096", "16.384", "65.536", "262.144", "1048.576", "+Inf"];
+
+    pub type Lifetimes = [u64; BUCKETS];
+
+    /// Kernel bucket i (<= 2^i ms) goes to exported bucket (i + 1) / 2
+    /// (<= 4^j ms = 2^2j ms); the kernel's last (longer) to the last.
+    pub fn from_kernel(closed: &[u64; lifetime::BUCKETS]) -> Lifetimes {
+        let mut out = [0; BUCKETS];
+        for (i, n) in closed.iter().enumerate() {
+            out[((i + 1) / 2).min(BUCKETS - 1)] += n;
+        }
+        out
+    }
+
+    /// Counts up to and including each bound, as a histogram's buckets.
+    pub fn cumulative(l: &Lifetimes) -> Lifetimes {
+        let mut out = *l;
+        for j in 1..BUCKETS {
+            out[j] += out[j - 1];
+        }
+        out
+    }
+}
+
 /// A process with series of its own, named as when first seen: the pod
 /// labels and the executable name are kept, so a process's series never
 /// change labels (a process that renames itself, `prctl(PR_SET_NAME)`,
@@ -176,6 +244,9 @@ pub struct SeriesStore {
     pub time_wait_entries: BTreeMap<ProcSeries, u64>,
     pub connect_errors: BTreeMap<ErrorSeries, u64>,
     pub listen_overflows: BTreeMap<OverflowSeries, u64>,
+    pub connections_established: BTreeMap<ConnectionSeries, u64>,
+    /// By lifetime (`lifetimes`): one series per bound.
+    pub connections_closed: BTreeMap<ConnectionSeries, lifetimes::Lifetimes>,
     /// Updates charged to an `other` series (a cap reached), per counter.
     pub folded: BTreeMap<Counter, u64>,
     /// The caps already reported in the log (once each).
@@ -185,19 +256,38 @@ pub struct SeriesStore {
 /// The port of the listen-overflow fold series (no listener has port 0).
 pub const OTHER_PORT: u16 = 0;
 
+/// A series' total: a count, or counts by lifetime.
+trait Total: Default {
+    fn add(&mut self, n: &Self);
+}
+
+impl Total for u64 {
+    fn add(&mut self, n: &Self) {
+        *self += n;
+    }
+}
+
+impl Total for lifetimes::Lifetimes {
+    fn add(&mut self, n: &Self) {
+        for (total, n) in self.iter_mut().zip(n) {
+            *total += n;
+        }
+    }
+}
+
 /// Add `n` to `series` in `map`, unless it is a new series and `map`
 /// holds `max` already: then to `fold(series)`, one of a bounded few.
 /// True if folded.
-fn add<K: Ord>(map: &mut BTreeMap<K, u64>, series: K, fold: impl FnOnce(&K) -> K, n: u64, max: usize) -> bool {
+fn add<K: Ord, V: Total>(map: &mut BTreeMap<K, V>, series: K, fold: impl FnOnce(&K) -> K, n: V, max: usize) -> bool {
     if let Some(total) = map.get_mut(&series) {
-        *total += n;
+        total.add(&n);
         return false;
     }
     if map.len() < max {
         map.insert(series, n);
         return false;
     }
-    *map.entry(fold(&series)).or_default() += n;
+    map.entry(fold(&series)).or_default().add(&n);
     true
 }
 
@@ -220,11 +310,12 @@ fn name_of(actor: &Actor, identity: Option<&Identity>) -> String {
 
 /// The destination address of a connect-error key.
 pub fn dest_addr(key: &ConnectErrorKey) -> IpAddr {
-    if key.family == AF_INET6 {
-        IpAddr::from(key.daddr)
-    } else {
-        IpAddr::from([key.daddr[0], key.daddr[1], key.daddr[2], key.daddr[3]])
-    }
+    ip_of(key.family, &key.daddr)
+}
+
+/// An address as the kernel keys hold it (IPv4 in the first 4 bytes).
+fn ip_of(family: u16, addr: &[u8; 16]) -> IpAddr {
+    if family == AF_INET6 { IpAddr::from(*addr) } else { IpAddr::from([addr[0], addr[1], addr[2], addr[3]]) }
 }
 
 impl SeriesStore {
@@ -318,6 +409,9 @@ impl SeriesStore {
             Counter::TimeWaitEntries => self.time_wait_entries.len(),
             Counter::ConnectErrors => self.connect_errors.len(),
             Counter::ListenOverflows => self.listen_overflows.len(),
+            Counter::ConnectionsEstablished => self.connections_established.len(),
+            // Each is a series per lifetime bound.
+            Counter::ConnectionsClosed => self.connections_closed.len() * lifetimes::BUCKETS,
         }
     }
 
@@ -376,6 +470,26 @@ impl SeriesStore {
                 *self.folded.entry(Counter::ListenOverflows).or_default() += 1;
             }
         }
+        for (key, counts) in &deltas.connections {
+            let Some(series) = self.connection_series(key, |store, actor| Some(store.who(actor, &deltas.pods)))
+            else {
+                continue;
+            };
+            let capped = series.who == Who::Other || series.dest == Dest::Other;
+            let fold = |s: &ConnectionSeries| ConnectionSeries { who: Who::Other, dest: Dest::Other, ..s.clone() };
+            if counts.established > 0 {
+                if add(&mut self.connections_established, series.clone(), fold, counts.established, max) || capped {
+                    *self.folded.entry(Counter::ConnectionsEstablished).or_default() += 1;
+                }
+            }
+            let closed = lifetimes::from_kernel(&counts.closed);
+            if closed.iter().any(|n| *n > 0) {
+                let max = max / lifetimes::BUCKETS;
+                if add(&mut self.connections_closed, series, fold, closed, max) || capped {
+                    *self.folded.entry(Counter::ConnectionsClosed).or_default() += 1;
+                }
+            }
+        }
         for key in &deltas.retired {
             self.retire(*key);
         }
@@ -387,6 +501,43 @@ impl SeriesStore {
 
     /// Forget a process that exited more than the grace period ago (or the
     /// unknown owner of a cgroup, idle as long): its slot and its series.
+    /// The series of a kernel connection key, its process named by
+    /// `name` (None: not named yet, as `owner` says while labels are
+    /// pending). Outbound destinations share `--max-destinations` with
+    /// the connect errors'; a listener's port needs no cap (the kernel's
+    /// ports bound it).
+    fn connection_series(
+        &mut self,
+        key: &ConnectionKey,
+        name: impl FnOnce(&mut Self, &Actor) -> Option<Who>,
+    ) -> Option<ConnectionSeries> {
+        let who = name(self, &key.actor)?;
+        let network = NetworkType::from_family(key.family);
+        let (direction, dest) = if key.direction == direction::INBOUND {
+            let unspecified = ip_of(key.family, &[0; 16]);
+            (Direction::Inbound, Dest::Addr { addr: unspecified, port: key.port })
+        } else if key.addr == buffers::FOLDED_DADDR {
+            self.report_kernel_fold();
+            (Direction::Outbound, Dest::Other)
+        } else {
+            (Direction::Outbound, self.dest(ip_of(key.family, &key.addr), key.port))
+        };
+        Some(ConnectionSeries { who, network, direction, dest })
+    }
+
+    /// The connections open now, per series, from the ledger of kernel
+    /// keys (`Deltas::open_connections`); a process whose pod labels are
+    /// still pending is named from the next round on.
+    pub fn open_connections(&mut self, open: &[(ConnectionKey, u64)], pods: &Pods) -> BTreeMap<ConnectionSeries, u64> {
+        let mut gauges = BTreeMap::new();
+        for (key, n) in open {
+            if let Some(series) = self.connection_series(key, |store, actor| store.owner(actor, pods)) {
+                *gauges.entry(series).or_default() += n;
+            }
+        }
+        gauges
+    }
+
     fn retire(&mut self, key: PodKey) {
         let Some(process) = self.processes.remove(&key) else { return };
         let who = process.who(key.0);
@@ -401,7 +552,16 @@ impl SeriesStore {
         self.time_wait_entries.retain(|s, _| keep(&s.who));
         self.connect_errors.retain(|s, _| keep(&s.who));
         self.listen_overflows.retain(|s, _| keep(&s.who));
-        let used: BTreeSet<Dest> = self.connect_errors.keys().map(|s| s.dest.clone()).collect();
+        self.connections_established.retain(|s, _| keep(&s.who));
+        self.connections_closed.retain(|s, _| keep(&s.who));
+        let used: BTreeSet<Dest> = self
+            .connect_errors
+            .keys()
+            .map(|s| &s.dest)
+            .chain(self.connections_established.keys().map(|s| &s.dest))
+            .chain(self.connections_closed.keys().map(|s| &s.dest))
+            .cloned()
+            .collect();
         self.destinations.retain(|d| used.contains(d));
     }
 }

@@ -11,7 +11,7 @@ use crate::{
     collect::MapFill,
     node::{NetnsUsage, files::OpenFiles, sock_diag::Listener, sweep::SweepCounts},
     probes::Attachment,
-    series::{SeriesStore, Who},
+    series::{ConnectionSeries, SeriesStore, Who},
 };
 
 #[derive(Clone, Default)]
@@ -48,6 +48,8 @@ pub struct NodeGauges {
     pub folded_listeners: Vec<FoldedListeners>,
     /// Open files against RLIMIT_NOFILE of each process with series.
     pub open_files: Vec<(Who, OpenFiles)>,
+    /// Connections established now, per process, direction and far end.
+    pub open_connections: std::collections::BTreeMap<ConnectionSeries, u64>,
     /// How the sweep read the namespaces.
     pub sweep: SweepCounts,
 }

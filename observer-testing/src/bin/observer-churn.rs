@@ -57,6 +57,15 @@ enum Cmd {
         /// Keep every connection open until the end (exhausts ports).
         #[arg(long)]
         hold: bool,
+        /// With --hold: after connecting, print the report, then keep the
+        /// connections until standard input closes (a pool held open
+        /// while a test reads the kernel's view).
+        #[arg(long, requires = "hold")]
+        until_eof: bool,
+        /// Keep each connection open this long before closing it, the
+        /// durations taken in turn (e.g. 100ms,100ms,500ms,2s).
+        #[arg(long, value_parser = humantime::parse_duration, value_delimiter = ',', conflicts_with = "hold")]
+        life: Vec<Duration>,
         /// Who closes first (must match the server's --close-first).
         #[arg(long, value_enum, default_value_t = Close::Client)]
         close_first: Close,
@@ -135,10 +144,27 @@ fn main() {
         Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
             serve(listen, backlog, never_accept, close_first, hold)
         }
-        Cmd::Connect { to, count, hold, close_first, nonblocking, ask_again, spread, rename, leader_exits } => {
+        Cmd::Connect {
+            to,
+            count,
+            hold,
+            until_eof,
+            life,
+            close_first,
+            nonblocking,
+            ask_again,
+            spread,
+            rename,
+            leader_exits,
+        } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
             let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
-            let run = move || connect(to, count, hold, close_first, nonblocking, pause, rename);
+            let hold = match (hold, until_eof) {
+                (false, _) => Hold::No,
+                (true, false) => Hold::UntilDone,
+                (true, true) => Hold::UntilEof,
+            };
+            let run = move || connect(to, count, hold, &life, close_first, nonblocking, pause, rename);
             if leader_exits {
                 std::thread::spawn(run);
                 // The exit system call ends only the calling (leader) thread,
@@ -311,10 +337,21 @@ unsafe extern "C" {
     fn libc_listen(fd: i32, backlog: i32) -> i32;
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    No,
+    /// Until every attempt is made.
+    UntilDone,
+    /// Until standard input closes, after the report is printed.
+    UntilEof,
+}
+
+#[allow(clippy::too_many_arguments, reason = "one per flag of `connect`")]
 fn connect(
     to: SocketAddr,
     count: u64,
-    hold: bool,
+    hold: Hold,
+    life: &[Duration],
     close_first: Close,
     nonblocking: Option<Nonblocking>,
     pause: Option<Duration>,
@@ -338,7 +375,10 @@ fn connect(
         match result {
             Ok(mut stream) => {
                 connected += 1;
-                if hold {
+                if !life.is_empty() {
+                    std::thread::sleep(life[(attempt % life.len() as u64) as usize]);
+                }
+                if hold != Hold::No {
                     held.push(stream);
                 } else if nonblocking.is_none() {
                     match close_first {
@@ -356,11 +396,15 @@ fn connect(
             }
         }
     }
+    let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!("connected={connected} errors={}", errors.join(","));
+    if hold == Hold::UntilEof {
+        let _ = std::io::stdout().flush();
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+    }
     for s in &held {
         let _ = s.shutdown(Shutdown::Both);
     }
-    let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-    println!("connected={connected} errors={}", errors.join(","));
 }
 
 #[derive(Clone, Copy)]

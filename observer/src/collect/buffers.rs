@@ -5,7 +5,10 @@
 //! interval's keys: a process that met 17,000 destinations last week takes
 //! no room today.
 use aya::maps::{Array, HashMap as AyaHashMap, MapData, PerCpuHashMap};
-use observer_common::{Config, ConnectErrorKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey, names::maps};
+use observer_common::{
+    Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey,
+    names::maps,
+};
 
 use super::map_err;
 use crate::error::Error;
@@ -17,6 +20,7 @@ pub struct Buffers {
     pub connect_errors: [PerCpuHashMap<MapData, ConnectErrorKey, u64>; 2],
     pub keys_created: [AyaHashMap<MapData, u32, KeysCreated>; 2],
     pub listen_overflows: [PerCpuHashMap<MapData, ListenOverflowKey, u64>; 2],
+    pub connections: [AyaHashMap<MapData, ConnectionKey, ConnectionCounts>; 2],
 }
 
 /// One buffer's contents: the counts of one interval.
@@ -25,6 +29,7 @@ pub struct Interval {
     pub procs: Vec<(ProcKey, ProcCounters)>,
     pub connect_errors: Vec<(ConnectErrorKey, u64)>,
     pub listen_overflows: Vec<(ListenOverflowKey, u64)>,
+    pub connections: Vec<(ConnectionKey, ConnectionCounts)>,
 }
 
 impl Buffers {
@@ -55,6 +60,9 @@ impl Buffers {
             let (key, per_cpu) = item.map_err(map_err(maps::LISTEN_OVERFLOWS))?;
             interval.listen_overflows.push((key, per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v))));
         }
+        for item in self.connections[old].iter() {
+            interval.connections.push(item.map_err(map_err(maps::CONNECTIONS))?);
+        }
         // Nothing counts into this buffer now: emptying it loses nothing.
         for (key, _) in &interval.procs {
             let _ = self.proc_counters[old].remove(key);
@@ -64,6 +72,9 @@ impl Buffers {
         }
         for (key, _) in &interval.listen_overflows {
             let _ = self.listen_overflows[old].remove(key);
+        }
+        for (key, _) in &interval.connections {
+            let _ = self.connections[old].remove(key);
         }
         let tgids: Vec<u32> = self.keys_created[old].keys().filter_map(Result::ok).collect();
         for tgid in tgids {

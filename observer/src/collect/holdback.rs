@@ -3,7 +3,7 @@
 //! loop never waits on a pod lookup (see attribution/resolver.rs).
 use std::collections::HashSet;
 
-use observer_common::{ConnectErrorKey, ProcCounters, ProcKey};
+use observer_common::{ConnectErrorKey, ConnectionCounts, ConnectionKey, ProcCounters, ProcKey};
 
 use super::{Deltas, ListenerDrops};
 use crate::attribution::{PodKey, pod_key};
@@ -13,6 +13,7 @@ pub struct Held {
     procs: Vec<(ProcKey, ProcCounters)>,
     connect_errors: Vec<(ConnectErrorKey, u64)>,
     listen_drops: Vec<ListenerDrops>,
+    connections: Vec<(ConnectionKey, ConnectionCounts)>,
 }
 
 impl Held {
@@ -22,6 +23,7 @@ impl Held {
         deltas.procs.splice(0..0, self.procs.drain(..));
         deltas.connect_errors.splice(0..0, self.connect_errors.drain(..));
         deltas.listen_drops.splice(0..0, self.listen_drops.drain(..));
+        deltas.connections.splice(0..0, self.connections.drain(..));
     }
 
     /// The actors whose counts wait.
@@ -31,6 +33,7 @@ impl Held {
             .map(|(k, _)| &k.actor)
             .chain(self.connect_errors.iter().map(|(k, _)| &k.actor))
             .chain(self.listen_drops.iter().map(|d| &d.owner))
+            .chain(self.connections.iter().map(|(k, _)| &k.actor))
     }
 
     /// Take the counts of actors in `pending` out of `deltas`, except those
@@ -53,6 +56,9 @@ impl Held {
         let (held, kept): (Vec<_>, Vec<_>) = deltas.listen_drops.drain(..).partition(|d| wait(&d.owner));
         self.listen_drops.extend(held);
         deltas.listen_drops = kept;
+        let (held, kept): (Vec<_>, Vec<_>) = deltas.connections.drain(..).partition(|(k, _)| wait(&k.actor));
+        self.connections.extend(held);
+        deltas.connections = kept;
     }
 }
 

@@ -5,6 +5,7 @@ mod buffers;
 mod holdback;
 mod listeners;
 mod lru;
+mod open_connections;
 mod overflow_ledger;
 mod unseen;
 
@@ -20,8 +21,8 @@ pub use buffers::Buffers;
 pub use listeners::{ListenerDrops, ListenerTracker};
 pub use lru::{LruMaps, MapFill};
 use observer_common::{
-    Actor, ClosedListener, ConnectErrorKey, ListenOverflowKey, ListenerKey, ProcCounters, ProcKey, capacity, lost,
-    names::maps,
+    Actor, ClosedListener, ConnectErrorKey, ConnectionCounts, ConnectionKey, ListenOverflowKey, ListenerKey,
+    ProcCounters, ProcKey, capacity, lost, names::maps,
 };
 
 use crate::{
@@ -44,6 +45,8 @@ pub struct KernelMaps {
     pub time_wait_by_netns: PerCpuHashMap<MapData, u32, u64>,
     /// Listeners that closed, with their last drop count (sweep's mode).
     pub closed_listeners: Queue<MapData, ClosedListener>,
+    /// The size `OPEN_CONNECTIONS` was loaded with.
+    pub open_connections_capacity: u32,
 }
 
 /// What changed since the previous collection.
@@ -52,6 +55,10 @@ pub struct Deltas {
     pub procs: Vec<(ProcKey, ProcCounters)>,
     pub connect_errors: Vec<(ConnectErrorKey, u64)>,
     pub listen_drops: Vec<ListenerDrops>,
+    /// Connections established and closed, by lifetime.
+    pub connections: Vec<(ConnectionKey, ConnectionCounts)>,
+    /// The connections open now, per key (not a delta: the whole ledger).
+    pub open_connections: Vec<(ConnectionKey, u64)>,
     /// Processes whose grace period ended (and unknown owners of a cgroup
     /// idle as long): drop their series.
     pub retired: Vec<PodKey>,
@@ -111,6 +118,7 @@ pub struct Collector {
     /// round before exit, when nothing may stay behind).
     holding: bool,
     evictions: lru::EvictionTracker,
+    open_connections: open_connections::OpenConnections,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -139,6 +147,7 @@ impl Collector {
             held: holdback::Held::default(),
             holding: true,
             evictions: lru::EvictionTracker::default(),
+            open_connections: open_connections::OpenConnections::default(),
         }
     }
 
@@ -166,6 +175,7 @@ impl Collector {
             .iter()
             .map(|(k, _)| k.actor)
             .chain(deltas.connect_errors.iter().map(|(k, _)| k.actor))
+            .chain(deltas.connections.iter().map(|(k, _)| k.actor))
             .chain(deltas.listen_drops.iter().map(|d| d.owner))
             .chain(deltas.listener_owners.values().copied())
             .map(|actor| (pod_key(&actor), actor.cgroup_id, actor.tgid))
@@ -236,6 +246,21 @@ impl Collector {
                 deltas.connect_errors.push((*key, *n));
             }
         }
+        self.open_connections.update(&interval.connections);
+        for (key, counts) in &interval.connections {
+            self.seen(&key.actor, now);
+            if *counts != ConnectionCounts::default() {
+                deltas.connections.push((*key, *counts));
+            }
+        }
+        // An owner with connections open is not idle, even when none
+        // opened or closed this round (a pool of long-lived connections
+        // of an unknown owner must not retire while they last).
+        let open: Vec<(ConnectionKey, u64)> = self.open_connections.iter().map(|(k, n)| (*k, n)).collect();
+        for (key, _) in &open {
+            self.seen(&key.actor, now);
+        }
+        deltas.open_connections = open;
         // How full each map got in one interval.
         deltas.map_fill.push(MapFill {
             map: maps::PROC_COUNTERS,
@@ -247,6 +272,18 @@ impl Collector {
             map: maps::CONNECT_ERRORS,
             entries: interval.connect_errors.len() as u64,
             capacity: capacity::CONNECT_ERRORS as u64,
+            evictions: None,
+        });
+        deltas.map_fill.push(MapFill {
+            map: maps::CONNECTIONS,
+            entries: interval.connections.len() as u64,
+            capacity: capacity::CONNECTIONS as u64,
+            evictions: None,
+        });
+        deltas.map_fill.push(MapFill {
+            map: maps::OPEN_CONNECTIONS,
+            entries: self.open_connections.total(),
+            capacity: self.maps.open_connections_capacity as u64,
             evictions: None,
         });
         deltas.map_fill.push(MapFill {
@@ -337,6 +374,10 @@ impl Collector {
             listeners.iter().filter_map(|l| Some((l.cookie, self.listeners.owner(l.cookie)?))).collect();
         for drop in &deltas.listen_drops {
             self.seen(&drop.owner, now);
+        }
+        let keys = deltas.connections.iter_mut().map(|(k, _)| k);
+        for key in keys.chain(deltas.open_connections.iter_mut().map(|(k, _)| k)) {
+            self.charge_to_listener_owner(key, &listeners);
         }
         for owner in deltas.listener_owners.values() {
             if owner.tgid == 0 {
@@ -458,6 +499,19 @@ impl Collector {
                 ListenerDrops { owner, netns: l.netns, family: l.family, port: l.port, drops: *n }
             })
             .collect()
+    }
+
+    /// An inbound connection of a listener whose owner the programs did
+    /// not know (one older than observer) is the owner's the sweep found
+    /// for that listener, as its overflows are (`listen_overflows`).
+    fn charge_to_listener_owner(&self, key: &mut ConnectionKey, listeners: &[sock_diag::Listener]) {
+        if key.direction != observer_common::direction::INBOUND || key.actor.tgid != 0 {
+            return;
+        }
+        let listener = listeners.iter().find(|l| l.netns == key.netns && l.port == key.port && l.family == key.family);
+        if let Some(owner) = listener.and_then(|l| self.listeners.owner(l.cookie)) {
+            key.actor = owner;
+        }
     }
 
     /// Every listener the programs saw close since the last round.

@@ -171,6 +171,28 @@ const ERROR_TYPE: &[Attribute] = &[Attribute {
               `ECONNREFUSED`, `ETIMEDOUT`, ...",
 }];
 
+const CONNECTION: &[Attribute] = &[
+    Attribute {
+        key: "observer.connection.direction",
+        ty: Type::String,
+        meaning: "`outbound` (this host connected) or `inbound` (a listener here accepted)",
+    },
+    Attribute { key: "server.address", ty: Type::String, meaning: "Outbound: the server's IP address" },
+    Attribute {
+        key: "server.port",
+        ty: Type::Int,
+        meaning: "Outbound: the server's port; inbound: the listener's port",
+    },
+];
+
+const LIFETIME_BOUND: &[Attribute] = &[Attribute {
+    key: "le",
+    ty: Type::String,
+    meaning: "A lifetime bound in seconds (`0.001`, `0.004`, ... `1048.576`, `+Inf`: powers of 4 ms): the series \
+              counts the connections that lived at most that long, as a Prometheus histogram's buckets do \
+              (`histogram_quantile` reads them; `le=\"+Inf\"` counts all)",
+}];
+
 const LISTENER_PORT: &[Attribute] = &[Attribute { key: "server.port", ty: Type::Int, meaning: "The listener's port" }];
 
 const LISTENER: &[Attribute] = &[
@@ -252,6 +274,35 @@ pub const TCP_LISTEN_OVERFLOWS: Instrument = Instrument {
     unit: "{connection}",
     description: "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
     attributes: &[PROCESS, NETWORK_TYPE, LISTENER_PORT],
+};
+
+pub const TCP_CONNECTIONS_ESTABLISHED: Instrument = Instrument {
+    name: "observer.tcp.connections.established",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    description: "TCP connections that reached ESTABLISHED, by process, direction and far end (outbound: the \
+                  server; inbound: the listener, charged to its owner); beside observer.tcp.connects, the \
+                  attempts, and observer.tcp.connections.closed, their ends",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
+};
+
+pub const TCP_CONNECTIONS_CLOSED: Instrument = Instrument {
+    name: "observer.tcp.connections.closed",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    description: "TCP connections that left ESTABLISHED (a FIN sent or received, a reset), by how long they had \
+                  been established (le), process, direction and far end; a missing keep-alive shows as many \
+                  short lifetimes. Only connections established while observer ran",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
+};
+
+pub const TCP_CONNECTION_USAGE: Instrument = Instrument {
+    name: "observer.tcp.connection.usage",
+    kind: Kind::Gauge,
+    unit: "{connection}",
+    description: "TCP connections ESTABLISHED now, by process, direction and far end (what `ss state \
+                  established` lists); counts the connections established while observer ran",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
 };
 
 // The node's ceilings, next to their usage.
@@ -593,6 +644,9 @@ pub const ALL: &[&Instrument] = &[
     &TCP_TIME_WAIT_ENTRIES,
     &TCP_CONNECT_ERRORS,
     &TCP_LISTEN_OVERFLOWS,
+    &TCP_CONNECTIONS_ESTABLISHED,
+    &TCP_CONNECTIONS_CLOSED,
+    &TCP_CONNECTION_USAGE,
     &OPEN_FILE_DESCRIPTORS,
     &OPEN_FILE_DESCRIPTOR_LIMIT,
     &EPHEMERAL_PORT_USAGE,

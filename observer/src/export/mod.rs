@@ -85,6 +85,7 @@ impl Metrics {
         let provider = builder.build();
         let meter = provider.meter("observer");
         signals::register(&meter, &published);
+        signals::register_connections(&meter, &published);
         health::register(&meter, &published);
         health::register_exports(&meter, &stats);
         health::register_series(&meter, &published);

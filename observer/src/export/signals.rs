@@ -1,12 +1,13 @@
 //! The signals' counters: connects, accepts, TIME_WAIT entries, connect()
-//! errors by errno and destination, listen overflows, per process.
+//! errors by errno and destination, listen overflows, per process; and the
+//! connections: established, closed by lifetime, open now.
 use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
 
-use super::{errno_name, mark_overflow, u64_counter, who_attrs};
+use super::{contract, errno_name, mark_overflow, u64_counter, u64_gauge, who_attrs};
 use crate::{
-    series::{Counter, Dest, OTHER_PORT, ProcSeries, SeriesStore},
+    series::{ConnectionSeries, Counter, Dest, Direction, OTHER_PORT, ProcSeries, SeriesStore, lifetimes},
     snapshot::Published,
 };
 
@@ -54,6 +55,53 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
             } else {
                 attrs.push(KeyValue::new("server.port", s.port as i64));
             }
+            obs.observe(*value, &attrs);
+        }
+    });
+}
+
+/// A connection series' attributes: who, direction, far end.
+fn connection_attrs(s: &ConnectionSeries, out: &mut Vec<KeyValue>) {
+    who_attrs(&s.who, s.network, out);
+    out.push(KeyValue::new("observer.connection.direction", s.direction.as_str()));
+    match (&s.dest, s.direction) {
+        (Dest::Addr { addr, port }, Direction::Outbound) => {
+            out.push(KeyValue::new("server.address", addr.to_string()));
+            out.push(KeyValue::new("server.port", *port as i64));
+        }
+        (Dest::Addr { port, .. }, Direction::Inbound) => out.push(KeyValue::new("server.port", *port as i64)),
+        // The folded destinations: no address, marked (once).
+        (Dest::Other, _) => mark_overflow(out),
+    }
+}
+
+/// Connections: established and closed (by lifetime) per process,
+/// direction and far end, and those open now.
+pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
+    u64_counter(meter, published, Counter::ConnectionsEstablished.contract(), move |st, obs| {
+        let mut attrs = Vec::with_capacity(8);
+        for (s, value) in &st.series.connections_established {
+            attrs.clear();
+            connection_attrs(s, &mut attrs);
+            obs.observe(*value, &attrs);
+        }
+    });
+    u64_counter(meter, published, Counter::ConnectionsClosed.contract(), move |st, obs| {
+        let mut attrs = Vec::with_capacity(9);
+        for (s, by_lifetime) in &st.series.connections_closed {
+            for (le, value) in lifetimes::LE.iter().zip(lifetimes::cumulative(by_lifetime)) {
+                attrs.clear();
+                connection_attrs(s, &mut attrs);
+                attrs.push(KeyValue::new("le", *le));
+                obs.observe(value, &attrs);
+            }
+        }
+    });
+    u64_gauge(meter, published, &contract::TCP_CONNECTION_USAGE, move |st, obs| {
+        let mut attrs = Vec::with_capacity(8);
+        for (s, value) in &st.node.open_connections {
+            attrs.clear();
+            connection_attrs(s, &mut attrs);
             obs.observe(*value, &attrs);
         }
     });

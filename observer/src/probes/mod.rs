@@ -72,7 +72,8 @@ impl Probes {
 
     /// Check privileges and kernel features, load the object with this
     /// kernel's struct offsets (from the BTF at `btf_path`) and room for
-    /// `max_sockets` socket owners, and attach every hook.
+    /// `max_sockets` socket owners and established connections followed,
+    /// and attach every hook.
     pub fn load_with_btf(mode: AttachMode, btf_path: &Path, max_sockets: u32) -> Result<(Self, KernelMaps), Error> {
         privileges::check()?;
         privileges::ensure_tracefs()?;
@@ -87,6 +88,7 @@ impl Probes {
             .btf(Some(&btf))
             .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
+            .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(e.into()))?;
 
@@ -154,7 +156,12 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
                 take::<PerCpuHashMap<_, _, _>>(ebpf, maps::LISTEN_OVERFLOWS_BUFFERS[0])?,
                 take::<PerCpuHashMap<_, _, _>>(ebpf, maps::LISTEN_OVERFLOWS_BUFFERS[1])?,
             ],
+            connections: [
+                take::<AyaHashMap<_, _, _>>(ebpf, maps::CONNECTIONS_BUFFERS[0])?,
+                take::<AyaHashMap<_, _, _>>(ebpf, maps::CONNECTIONS_BUFFERS[1])?,
+            ],
         },
+        open_connections_capacity: max_sockets,
         closed_listeners: take::<Queue<_, _>>(ebpf, maps::CLOSED_LISTENERS)?,
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,

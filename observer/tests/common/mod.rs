@@ -59,7 +59,7 @@ use observer::{
     probes::{AttachMode, Probes},
     round::Rounds,
 };
-use observer_common::{ConnectErrorKey, ProcCounters};
+use observer_common::{ConnectErrorKey, ConnectionCounts, ConnectionKey, ProcCounters, direction};
 
 /// observer's probes, loaded and attached for real, and everything they
 /// counted since, summed over rounds: the daemon's own rounds (node sweep,
@@ -70,6 +70,9 @@ pub struct Observer {
     procs: HashMap<(u32, u16), ProcCounters>,
     errors: HashMap<ConnectErrorKey, u64>,
     drops: Vec<ListenerDrops>,
+    connections: HashMap<ConnectionKey, ConnectionCounts>,
+    /// The connections open as of the last round (not summed: a state).
+    open_connections: Vec<(ConnectionKey, u64)>,
 }
 
 /// The attach mode of the kernel tests: `auto`, or the one the kernel
@@ -91,7 +94,15 @@ impl Observer {
         let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), &config);
         // The first round sets the listener baseline, as the daemon's does.
         rounds.run(Instant::now()).unwrap();
-        Self { probes, rounds, procs: HashMap::new(), errors: HashMap::new(), drops: Vec::new() }
+        Self {
+            probes,
+            rounds,
+            procs: HashMap::new(),
+            errors: HashMap::new(),
+            drops: Vec::new(),
+            connections: HashMap::new(),
+            open_connections: Vec::new(),
+        }
     }
 
     pub fn collect(&mut self) {
@@ -106,6 +117,43 @@ impl Observer {
             *self.errors.entry(key).or_default() += n;
         }
         self.drops.extend(d.listen_drops);
+        for (key, counts) in d.connections {
+            let total = self.connections.entry(key).or_default();
+            total.established += counts.established;
+            for (t, n) in total.closed.iter_mut().zip(counts.closed) {
+                *t += n;
+            }
+        }
+        self.open_connections = d.open_connections;
+    }
+
+    /// The connection keys of `pid` in direction `dir` toward port `port`
+    /// (outbound: the server's; inbound: the listener's).
+    fn is_connection(key: &ConnectionKey, pid: u32, dir: u32, port: u16) -> bool {
+        key.actor.tgid == pid && key.direction == dir && key.port == port
+    }
+
+    /// Connections of `pid` open now (as of the last round).
+    pub fn open_connections(&self, pid: u32, dir: u32, port: u16) -> u64 {
+        self.open_connections.iter().filter(|(k, _)| Self::is_connection(k, pid, dir, port)).map(|(_, n)| n).sum()
+    }
+
+    /// Every connection key open now, whoever holds it.
+    pub fn open_connection_keys(&self) -> Vec<(ConnectionKey, u64)> {
+        self.open_connections.clone()
+    }
+
+    /// Connections of `pid` established and closed (by kernel lifetime
+    /// bucket) since the start.
+    pub fn connection_counts(&self, pid: u32, dir: u32, port: u16) -> ConnectionCounts {
+        let mut total = ConnectionCounts::default();
+        for (_, c) in self.connections.iter().filter(|(k, _)| Self::is_connection(k, pid, dir, port)) {
+            total.established += c.established;
+            for (t, n) in total.closed.iter_mut().zip(c.closed) {
+                *t += n;
+            }
+        }
+        total
     }
 
     /// Counters of one process over all address families.
@@ -175,6 +223,10 @@ impl Drop for Observer {
         }
     }
 }
+
+/// Outbound and inbound, as the connection keys say them.
+pub const OUTBOUND: u32 = direction::OUTBOUND;
+pub const INBOUND: u32 = direction::INBOUND;
 
 /// Collect until `done` holds or 30 s pass (kernel events on loopback land
 /// within milliseconds; the deadline only bounds a failing test, and is

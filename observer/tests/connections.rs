@@ -1,0 +1,121 @@
+//! Connections open now, established and closed by lifetime, per process
+//! and far end, against `ss` (the sockets in ESTABLISHED, and who holds
+//! them) and the times the client held each connection.
+mod common;
+
+use common::{INBOUND, OUTBOUND, Observer, collect_until};
+use observer::series::lifetimes;
+use observer_testing::Netns;
+
+const PORT: u16 = 5432;
+
+/// File descriptors each side needs for the storm (the default soft
+/// limit, 1,024, would stop it; the hard limit here is 20,000).
+const NOFILE: u32 = 16_000;
+
+/// The first incident's storm: a pool of 800 connections to one database,
+/// then a burst of 11,200 more from a second process, held. Each
+/// process's outbound gauge equals what `ss` shows it holds, the
+/// listener's inbound gauge equals every connection the server holds; when
+/// the burst's process closes its connections, they count as closed and
+/// leave the gauge, the pool's stay.
+#[test]
+fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let to = format!("127.0.0.1:{PORT}");
+    let listen = to.clone();
+    let server = ns.serve_with_open_files_limit(NOFILE, &["--listen", &listen, "--hold"]);
+    let pool = ns.client_holding_with_open_files_limit(NOFILE, &["--to", &to, "--count", "800"]);
+    assert_eq!(pool.report.connected, 800, "{:?}", pool.report);
+    let storm = ns.client_holding_with_open_files_limit(NOFILE, &["--to", &to, "--count", "11200"]);
+    assert_eq!(storm.report.connected, 11_200, "{:?}", storm.report);
+
+    let (pool_pid, storm_pid) = (pool.pid(), storm.pid());
+    let dport = format!("dport = :{PORT}");
+    let sport = format!("sport = :{PORT}");
+    // The server accepts in a loop: wait until it holds them all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ns.established(&sport, Some(server.pid())) < 12_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    collect_until(&mut obs, |o| o.open_connections(server.pid(), INBOUND, PORT) >= 12_000);
+    let truth = (
+        ns.established(&dport, Some(pool_pid)),
+        ns.established(&dport, Some(storm_pid)),
+        ns.established(&sport, Some(server.pid())),
+    );
+    assert_eq!(truth, (800, 11_200, 12_000), "ss");
+    let seen = (
+        obs.open_connections(pool_pid, OUTBOUND, PORT),
+        obs.open_connections(storm_pid, OUTBOUND, PORT),
+        obs.open_connections(server.pid(), INBOUND, PORT),
+    );
+    assert_eq!(seen, truth, "open connections (pool, storm, server's listener) against ss");
+    assert_eq!(obs.connection_counts(storm_pid, OUTBOUND, PORT).established, 11_200);
+    assert_eq!(obs.connection_counts(server.pid(), INBOUND, PORT).established, 12_000);
+
+    // The burst ends: its connections close (the server's side sees each
+    // FIN: they leave ESTABLISHED there too).
+    storm.close();
+    collect_until(&mut obs, |o| o.open_connections(server.pid(), INBOUND, PORT) <= 800);
+    let truth = (ns.established(&dport, Some(pool_pid)), ns.established(&sport, Some(server.pid())));
+    assert_eq!(truth, (800, 800), "ss after the burst");
+    assert_eq!(obs.open_connections(storm_pid, OUTBOUND, PORT), 0);
+    assert_eq!(
+        (obs.open_connections(pool_pid, OUTBOUND, PORT), obs.open_connections(server.pid(), INBOUND, PORT)),
+        truth
+    );
+    let closed: u64 = obs.connection_counts(storm_pid, OUTBOUND, PORT).closed.iter().sum();
+    assert_eq!(closed, 11_200, "every connection of the burst counted closed once");
+    drop(pool);
+}
+
+/// Connections held for known times (the client closes each after it):
+/// each lands in the lifetime bucket of its time, on both sides.
+#[test]
+fn lifetimes_land_in_the_bucket_of_the_time_held() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let to = format!("127.0.0.1:{PORT}");
+    let server = ns.serve(&["--listen", &to]);
+    // Bounds (exported): ... 0.064, 0.256, 1.024, 4.096 s: 100 ms falls in
+    // (0.064, 0.256], 500 ms in (0.256, 1.024], 2 s in (1.024, 4.096],
+    // with room for a slow machine on each side.
+    let client = ns.client(&["--to", &to, "--count", "6", "--life", "100ms,100ms,100ms,500ms,500ms,2s"]);
+    assert_eq!(client.connected, 6, "{client:?}");
+    let closed = |o: &Observer, pid, dir| lifetimes::cumulative(&lifetimes::from_kernel(&o.connection_counts(pid, dir, PORT).closed));
+    collect_until(&mut obs, |o| closed(o, client.pid, OUTBOUND)[11] >= 6 && closed(o, server.pid(), INBOUND)[11] >= 6);
+    // le:                 0.001 0.004 0.016 0.064 0.256 1.024 4.096 ... +Inf
+    let expected: lifetimes::Lifetimes = [0, 0, 0, 0, 3, 5, 6, 6, 6, 6, 6, 6];
+    assert_eq!(closed(&obs, client.pid, OUTBOUND), expected, "the client's connections, cumulative by le");
+    assert_eq!(closed(&obs, server.pid(), INBOUND), expected, "the listener's, by the same times");
+    assert_eq!(obs.connection_counts(client.pid, OUTBOUND, PORT).established, 6);
+    assert_eq!(obs.open_connections(client.pid, OUTBOUND, PORT), 0);
+}
+
+/// Connections established before observer started are not counted: not
+/// open now, and their ends (which the kernel side never matched with a
+/// start) take nothing away from the connections counted since.
+#[test]
+fn connections_older_than_observer_are_left_out_and_their_ends_take_nothing() {
+    let ns = Netns::new();
+    let to = format!("127.0.0.1:{PORT}");
+    let server = ns.serve(&["--listen", &to, "--hold"]);
+    let old = ns.client_holding(&["--to", &to, "--count", "50"]);
+    assert_eq!(old.report.connected, 50);
+    let mut obs = Observer::start();
+    let new = ns.client_holding(&["--to", &to, "--count", "10"]);
+    collect_until(&mut obs, |o| o.open_connections(new.pid(), OUTBOUND, PORT) >= 10);
+    let old_pid = old.pid();
+    old.close();
+    let sport = format!("sport = :{PORT}");
+    assert_eq!(ns.established(&sport, Some(server.pid())), 10, "ss: the server holds the new ten");
+    for _ in 0..5 {
+        obs.collect();
+    }
+    assert_eq!(obs.open_connections(new.pid(), OUTBOUND, PORT), 10);
+    assert_eq!(obs.open_connections(server.pid(), INBOUND, PORT), 10, "the old ones' ends took none of the new");
+    assert_eq!(obs.open_connections(old_pid, OUTBOUND, PORT), 0);
+    assert_eq!(obs.connection_counts(old_pid, OUTBOUND, PORT), Default::default(), "nothing counted for them");
+}

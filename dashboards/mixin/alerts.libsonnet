@@ -268,6 +268,59 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
               runbook_url: $._config.runbookURLPattern % 'ObserverConnectionStorm',
             },
           },
+          {
+            alert: 'ObserverConnectionSurge',
+            // Grown connectionSurgeFactor times within a minute, or born
+            // within it with that many (a new pod's pool opening at once).
+            expr: |||
+              (
+                sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"}) >= %(connectionSurgeMinimum)g
+              )
+              and
+              (
+                (
+                  sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"})
+                    > %(connectionSurgeFactor)g * sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"} offset 1m)
+                )
+                or
+                (
+                  sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"})
+                    unless sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"} offset 1m)
+                )
+              )
+            ||| % $._config,
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} holds {{ $value | printf "%%.0f" }} connections to {{ $labels.server_address }}:{{ $labels.server_port }}, %(connectionSurgeFactor)gx a minute ago' % $._config,
+              description: |||
+                {{ $labels.process_executable_name }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} holds {{ $value | printf "%%.0f" }} connections to {{ $labels.server_address }}:{{ $labels.server_port }}, more than %(connectionSurgeFactor)g times as many as a minute before. The server's connection limit (a database's max connections) is the next to break: other clients' connects time out. The other nodes' observers show the rest of the fleet's share.
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverConnectionSurge',
+            },
+          },
+          {
+            alert: 'ObserverConnectionReuseMissing',
+            expr: |||
+              (
+                histogram_quantile(0.5, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_connections_closed_total{%(observerSelector)s, observer_connection_direction="outbound"}[5m])))
+                  < %(connectionShortLifetimeSeconds)g
+              )
+              and on (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port)
+              (
+                sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (rate(observer_tcp_connections_established_total{%(observerSelector)s, observer_connection_direction="outbound"}[5m]))
+                  > %(connectionChurnWarningPerSecond)g
+              )
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.process_executable_name }} opens a new connection to {{ $labels.server_address }}:{{ $labels.server_port }} for almost every use (median life {{ $value | humanizeDuration }})',
+              description: |||
+                {{ $labels.process_executable_name }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} opens more than %(connectionChurnWarningPerSecond)g connections per second to {{ $labels.server_address }}:{{ $labels.server_port }}, and half of them live less than {{ $value | humanizeDuration }}: connections are not reused (no keep-alive, a pool too small, HTTP/2 off). Each one costs a handshake, a local port and a TIME_WAIT entry; this is how the port-exhaustion incident began.
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverConnectionReuseMissing',
+            },
+          },
         ],
       },
       {

@@ -27,5 +27,13 @@
     openFilesWarningRatio: 0.9,
     conntrackWarningRatio: 0.8,
     connectsWarningPerSecond: 100,
+    // Connections held toward one destination that grew this many times
+    // within a minute, to at least connectionSurgeMinimum, are a surge.
+    connectionSurgeFactor: 10,
+    connectionSurgeMinimum: 1000,
+    // New connections per second toward one destination whose median
+    // lifetime is under connectionShortLifetimeSeconds: no reuse.
+    connectionChurnWarningPerSecond: 50,
+    connectionShortLifetimeSeconds: 1,
   },
 }

@@ -326,8 +326,15 @@ fn expected(culprits: &Culprits, expr: &str) -> Option<u32> {
         Some(culprits.time_wait)
     } else if expr.contains("observer_tcp_listen_overflows_total") {
         Some(culprits.listener)
-    } else if expr.contains("observer_tcp_connects_total") || expr.contains("observer_tcp_accepts_total") {
+    } else if expr.contains("observer_tcp_connects_total")
+        || expr.contains("observer_tcp_accepts_total")
+        || expr.contains("observer_tcp_connections_established_total")
+        || expr.contains("observer_tcp_connections_closed_total")
+    {
         Some(culprits.storm)
+    } else if expr.contains("observer_tcp_connection_usage") {
+        // The port-exhaustion client holds its six connections for seconds.
+        Some(culprits.ports)
     } else {
         None
     }

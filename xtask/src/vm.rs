@@ -88,7 +88,7 @@ pub const MODES: &[&str] = &["auto", "kprobe"];
 /// tests do not depend on the attach mode and stay on the host: software
 /// emulation makes every second in the guest count.
 pub const KERNEL_TESTS: &[&str] =
-    &["port_exhaustion", "time_wait", "listen_overflow", "connects_accepts", "attach_modes", "scanner"];
+    &["port_exhaustion", "time_wait", "listen_overflow", "connects_accepts", "attach_modes", "scanner", "connections"];
 
 fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")

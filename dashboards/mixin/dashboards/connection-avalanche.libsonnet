@@ -1319,6 +1319,181 @@ function(config)
         },
       },
       {
+        id: 29,
+        type: 'row',
+        title: 'Connections held, opened, and how long they live',
+        collapsed: false,
+        gridPos: {
+          h: 1,
+          w: 24,
+          x: 0,
+          y: 71,
+        },
+        panels: [],
+      },
+      {
+        id: 30,
+        type: 'timeseries',
+        title: 'Connections open by process and destination',
+        description: 'Connections ESTABLISHED now from each process to each server (ss state established). The storm of a seed incident went from 800 to 12000 toward one database in 40 s, past a limit nobody knew: who holds them, and toward which instance, is here. Counts connections established while observer ran.',
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 8,
+          w: 8,
+          x: 0,
+          y: 72,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'short',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", observer_connection_direction="outbound"}))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} -> {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
+        id: 31,
+        type: 'timeseries',
+        title: 'New connections /s by process and destination',
+        description: 'Connections established per second from each process to each server. A high rate while the open count stays flat is a client without connection reuse: every request a new connection, a TIME_WAIT entry and a port.',
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 8,
+          w: 8,
+          x: 8,
+          y: 72,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'reqps',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (rate(observer_tcp_connections_established_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", observer_connection_direction="outbound"}[$__rate_interval])))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} -> {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
+        id: 32,
+        type: 'timeseries',
+        title: 'Median connection lifetime by process and destination',
+        description: 'How long connections toward each server stayed established (the median of those that closed; buckets at powers of 4 ms, so within a factor of 4). Sub-second lifetimes with a high rate of new connections are the missing keep-alive of the port-exhaustion incident; a pool keeps connections for minutes.',
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 8,
+          w: 8,
+          x: 16,
+          y: 72,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 's',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'histogram_quantile(0.5, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port, le) (rate(observer_tcp_connections_closed_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", observer_connection_direction="outbound"}[$__rate_interval])))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} -> {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
         id: 21,
         type: 'row',
         title: 'observer health',
@@ -1327,7 +1502,7 @@ function(config)
           h: 1,
           w: 24,
           x: 0,
-          y: 71,
+          y: 80,
         },
         panels: [],
       },
@@ -1344,7 +1519,7 @@ function(config)
           h: 8,
           w: 8,
           x: 0,
-          y: 72,
+          y: 81,
         },
         fieldConfig: {
           defaults: {
@@ -1392,7 +1567,7 @@ function(config)
           h: 8,
           w: 8,
           x: 8,
-          y: 72,
+          y: 81,
         },
         fieldConfig: {
           defaults: {
@@ -1468,7 +1643,7 @@ function(config)
           h: 8,
           w: 8,
           x: 16,
-          y: 72,
+          y: 81,
         },
         fieldConfig: {
           defaults: {

@@ -112,9 +112,13 @@ settings! {
     max_series: MaxSeries = Preset::Value(MaxSeries(Limits::DEFAULT.max_series as u32)),
 
     /// Live TCP sockets whose owning process the kernel side remembers, to
-    /// charge their TIME_WAIT to it (~100 bytes of kernel memory each);
-    /// beyond that the least recently used are forgotten. Raise it when
-    /// observer_map_evictions_total{observer_map_name="SOCK_OWNERS"} grows.
+    /// charge their TIME_WAIT to it, and established connections it
+    /// follows (observer_tcp_connection_usage): ~100 + ~150 bytes of
+    /// kernel memory each. Beyond it the least recently used owners are
+    /// forgotten, and new connections are left out of the connection
+    /// counts. Raise it when observer_map_evictions_total{observer_map_name=
+    /// "SOCK_OWNERS"} or observer_kernel_lost_updates_total{observer_map_name=
+    /// "OPEN_CONNECTIONS"} grows.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]
     max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
 

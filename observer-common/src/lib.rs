@@ -331,8 +331,10 @@ pub mod capacity {
     pub const LISTEN_OVERFLOWS: u32 = 16_384;
     /// Listeners closed within one interval, in the sweep's mode.
     pub const CLOSED_LISTENERS: u32 = 4_096;
-    /// Connection counts per key within one interval.
-    pub const CONNECTIONS: u32 = 16_384;
+    /// Connection counts per key (owner, direction, far end) within one
+    /// interval: fewer than the other counter maps, as each value is 184
+    /// bytes (a process's share, `KEYS_PER_PROCESS`, is an eighth).
+    pub const CONNECTIONS: u32 = 8_192;
     /// Established connections followed at once: the default; `observer
     /// run --max-sockets` sets it with `SOCK_OWNERS`.
     pub const OPEN_CONNECTIONS: u32 = 65_536;

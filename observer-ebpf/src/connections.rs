@@ -9,7 +9,7 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, direction, lost, tcp_state::*};
 
 use crate::{
-    counters::{bump_connection_closed, bump_connection_established, count_lost},
+    counters::{Counted, bump_connection_closed, bump_connection_established, count_lost},
     kernel::{sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner},
     maps::{LISTENERS, OPEN_CONNECTIONS},
 };
@@ -33,21 +33,31 @@ pub fn connection_established(sk: u64, old: i32) {
         ConnectionKey { actor, addr: [0; 16], family, port, direction: direction::INBOUND, netns, _pad: 0 }
     };
     // Noted first: a connection the map has no room for is left out
-    // whole, so the counts of those followed stay exact.
+    // whole, so the counts of those followed stay exact. An entry already
+    // there is an earlier socket at this address whose end a skipped run
+    // missed: counted as ended now, so it is not left open for ever.
     let since = unsafe { bpf_ktime_get_ns() };
-    if OPEN_CONNECTIONS.insert(&sk, &OpenConnection { key, since }, 0).is_err() {
-        return count_lost(lost::OPEN_CONNECTIONS_FULL);
+    let mut entry = OpenConnection { key, since };
+    const BPF_NOEXIST: u64 = 1;
+    if OPEN_CONNECTIONS.insert(&sk, &entry, BPF_NOEXIST).is_err() {
+        connection_ended(sk);
+        if OPEN_CONNECTIONS.insert(&sk, &entry, BPF_NOEXIST).is_err() {
+            return count_lost(lost::OPEN_CONNECTIONS_FULL);
+        }
     }
-    let Some(entry) = OPEN_CONNECTIONS.get_ptr_mut(&sk) else { return };
-    // SAFETY: this socket's entry; its state changes are serialized by the
-    // socket's lock. The key is counted (and folded, if need be) in place.
-    if !bump_connection_established(unsafe { &mut (*entry).key }) {
-        let _ = OPEN_CONNECTIONS.remove(&sk);
+    match bump_connection_established(&mut entry.key) {
+        Counted::AsIs => {}
+        // Its end must go where its start went.
+        Counted::Folded => {
+            let _ = OPEN_CONNECTIONS.insert(&sk, &entry, 0);
+        }
+        Counted::No => {
+            let _ = OPEN_CONNECTIONS.remove(&sk);
+        }
     }
 }
 
-/// The socket left ESTABLISHED (or closed with its entry still there: a
-/// missed run must not leave it counted open): count its end once.
+/// The socket left ESTABLISHED: count its end once.
 #[inline(always)]
 pub fn connection_ended(sk: u64) {
     let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };

@@ -151,32 +151,42 @@ fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut 
 /// the stack, which a 184-byte value would crowd.
 static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts { established: 0, closed: [0; lifetime::BUCKETS] };
 
-/// Count one connection reaching ESTABLISHED under `key` (the followed
-/// connection's own, in its `OPEN_CONNECTIONS` entry); for a process past
-/// its share of keys in this interval, `key`'s destination is folded
-/// (`FOLDED_DADDR`) first, so its end goes where its start went. False if
-/// the buffer's map is full.
+/// How a connection's start was counted.
+pub enum Counted {
+    /// Under its own key.
+    AsIs,
+    /// Under its key with the destination folded (`FOLDED_DADDR`): the
+    /// process was past its share of keys in this interval.
+    Folded,
+    /// Not at all: the buffer's map is full.
+    No,
+}
+
+/// Count one connection reaching ESTABLISHED under `key`, folded first
+/// (in place) if its process is past its share of keys.
 #[inline(always)]
-pub fn bump_connection_established(key: &mut ConnectionKey) -> bool {
+pub fn bump_connection_established(key: &mut ConnectionKey) -> Counted {
     let (map, keys) = if buffer() == 0 { (&CONNECTIONS_0, &KEYS_CREATED_0) } else { (&CONNECTIONS_1, &KEYS_CREATED_1) };
+    let mut counted = Counted::AsIs;
     let value = match map.get_ptr_mut(&*key) {
         Some(v) => Some(v),
         None => {
             if !may_create_key(keys, key.actor.tgid, Share::Connections) {
                 key.addr = FOLDED_DADDR;
                 key.port = 0;
+                counted = Counted::Folded;
             }
             shared_value_of(map, &*key, &ZERO_CONNECTION_COUNTS)
         }
     };
     let Some(value) = value else {
         count_lost(lost::CONNECTIONS_FULL);
-        return false;
+        return Counted::No;
     };
     // SAFETY: `value` points into the map's value, shared by all CPUs: the
     // add is atomic.
     add(unsafe { &raw mut (*value).established }, 1);
-    true
+    counted
 }
 
 /// Count the end of a connection established `lived_ns` ago under `key`

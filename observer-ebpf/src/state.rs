@@ -48,7 +48,7 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     }
     if new == ESTABLISHED {
         connection_established(sk, old);
-    } else if old == ESTABLISHED || new == CLOSE {
+    } else if old == ESTABLISHED {
         connection_ended(sk);
     }
     match (old, new) {

@@ -299,6 +299,35 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             },
           },
           {
+            alert: 'ObserverConnectionsNearDeclaredLimit',
+            // A server's limit counts every client on every node; a
+            // listener's, this node's connections on its port.
+            expr: |||
+              (
+                sum by (%(clusterLabel)s, observer_connection_direction, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="outbound"})
+                  / on (%(clusterLabel)s, observer_connection_direction, server_address, server_port)
+                max by (%(clusterLabel)s, observer_connection_direction, server_address, server_port) (observer_tcp_connection_limit{%(observerSelector)s, observer_connection_direction="outbound"})
+                  > %(declaredConnectionLimitWarningRatio)g
+              )
+              or
+              (
+                sum by (%(clusterLabel)s, host_name, observer_connection_direction, server_port) (observer_tcp_connection_usage{%(observerSelector)s, observer_connection_direction="inbound"})
+                  / on (%(clusterLabel)s, host_name, observer_connection_direction, server_port)
+                max by (%(clusterLabel)s, host_name, observer_connection_direction, server_port) (observer_tcp_connection_limit{%(observerSelector)s, observer_connection_direction="inbound"})
+                  > %(declaredConnectionLimitWarningRatio)g
+              )
+            ||| % $._config,
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $value | humanizePercentage }} of the declared connection limit of {{ if $labels.server_address }}{{ $labels.server_address }}:{{ $labels.server_port }}{{ else }}port {{ $labels.server_port }} on {{ $labels.host_name }}{{ end }} in use',
+              description: |||
+                The connections held {{ if $labels.server_address }}by every client observer sees to {{ $labels.server_address }}:{{ $labels.server_port }}{{ else }}to the listeners of {{ $labels.host_name }} on port {{ $labels.server_port }}{{ end }} are {{ $value | humanizePercentage }} of the limit declared with --connection-limits. At the limit the server refuses new connections (a database's max connections): clients see connect errors or timeouts.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverConnectionsNearDeclaredLimit',
+            },
+          },
+          {
             alert: 'ObserverConnectionReuseMissing',
             expr: |||
               (

@@ -35,5 +35,7 @@
     // lifetime is under connectionShortLifetimeSeconds: no reuse.
     connectionChurnWarningPerSecond: 50,
     connectionShortLifetimeSeconds: 1,
+    // Connections held against a limit declared with --connection-limits.
+    declaredConnectionLimitWarningRatio: 0.8,
   },
 }

@@ -52,6 +52,7 @@ pub struct Rounds {
     /// A namespace had more listeners than --max-listeners (logged once).
     listeners_folded_reported: bool,
     conntrack_drops: ConntrackDrops,
+    connection_limits: std::sync::Arc<[crate::config::ConnectionLimit]>,
 }
 
 /// One warning per map each time the kernel side lost updates to it (a
@@ -132,6 +133,7 @@ impl Rounds {
             lost: LossLog::default(),
             listeners_folded_reported: false,
             conntrack_drops: ConntrackDrops::default(),
+            connection_limits: config.connection_limits.clone().into(),
         }
     }
 
@@ -234,7 +236,15 @@ impl Rounds {
             })
             .collect();
         let open_connections = self.series.open_connections(&deltas.open_connections, &deltas.pods);
-        NodeGauges { namespaces, listeners, folded_listeners, open_files, open_connections, sweep }
+        NodeGauges {
+            namespaces,
+            listeners,
+            folded_listeners,
+            open_files,
+            open_connections,
+            connection_limits: self.connection_limits.clone(),
+            sweep,
+        }
     }
 
     fn kernel_health(&self, deltas: &Deltas) -> KernelHealth {

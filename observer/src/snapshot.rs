@@ -50,6 +50,8 @@ pub struct NodeGauges {
     pub open_files: Vec<(Who, OpenFiles)>,
     /// Connections established now, per process, direction and far end.
     pub open_connections: std::collections::BTreeMap<ConnectionSeries, u64>,
+    /// The connection limits the user declared (`--connection-limits`).
+    pub connection_limits: Arc<[crate::config::ConnectionLimit]>,
     /// How the sweep read the namespaces.
     pub sweep: SweepCounts,
 }

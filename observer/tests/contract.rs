@@ -47,6 +47,8 @@ fn both_exports_keep_the_contract() {
             "300ms",
             "--max-processes",
             "6",
+            "--connection-limits",
+            "127.0.0.1:8080=10,*:8080=10",
         ],
         &[("NODE_NAME", "node-contract"), ("OTEL_RESOURCE_ATTRIBUTES", "k8s.cluster.name=contract")],
     );

@@ -352,8 +352,10 @@ fn substitute(expr: &str, range_seconds: u64) -> String {
 
 #[test]
 fn every_panel_query_returns_data_naming_the_process_behind_it() {
+    // Limits declared for the port-exhaustion incident's server (its
+    // client and its listener hold connections for seconds).
     let daemon = start_daemon_with_env(
-        &[],
+        &["--connection-limits", "127.0.0.1:8080=10,*:8080=10"],
         &[("NODE_NAME", "node-dash"), ("OTEL_RESOURCE_ATTRIBUTES", "k8s.cluster.name=test-cluster")],
     );
     let prometheus = Prometheus::start(daemon.port);
@@ -448,4 +450,29 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
         failures.push(format!("alerts.yaml: observer exports no {metric}"));
     }
     assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The first incident's unknown limit as a line of configuration: a
+/// database declared to take 20 connections, clients holding 17 of them
+/// (as `ss` shows), and the alert rule, unchanged, pending on real data
+/// with the usage and the limit it compares.
+#[test]
+fn the_declared_limit_alert_holds_on_real_connections() {
+    let ns = observer_testing::Netns::new();
+    let daemon = start_daemon_with_env(&["--connection-limits", "127.0.0.1:5432=20"], &[]);
+    let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
+    let _server = ns.serve(&["--listen", "127.0.0.1:5432", "--hold"]);
+    let pool = ns.client_holding(&["--to", "127.0.0.1:5432", "--count", "17"]);
+    assert_eq!(ns.established("dport = :5432", Some(pool.pid())), 17, "ss");
+
+    let pending = "ALERTS{alertname=\"ObserverConnectionsNearDeclaredLimit\", alertstate=\"pending\"}";
+    let alerts = prometheus.query_until_found(pending, Duration::from_secs(30));
+    assert_eq!(alerts.len(), 1, "{alerts:?}\n{}", prometheus.log());
+    let labels = &alerts[0].0;
+    assert_eq!((labels["server_address"].as_str(), labels["server_port"].as_str()), (Some("127.0.0.1"), Some("5432")));
+    let ratio = prometheus.query(
+        "sum(observer_tcp_connection_usage{observer_connection_direction=\"outbound\", server_port=\"5432\"}) / \
+         max(observer_tcp_connection_limit{server_port=\"5432\"})",
+    );
+    assert_eq!(ratio.iter().map(|(_, v)| *v).collect::<Vec<_>>(), [17.0 / 20.0]);
 }

@@ -1494,6 +1494,73 @@ function(config)
         },
       },
       {
+        id: 33,
+        type: 'timeseries',
+        title: 'Connections against declared limits',
+        description: "Connections held toward each server with a limit declared (--connection-limits), by every client on every node, as a fraction of that limit (a database's max connections nobody could see); and this node's listeners on a port against theirs. At 1.0 the server refuses new connections.",
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 24,
+          x: 0,
+          y: 80,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'percentunit',
+            thresholds: { mode: 'absolute', steps: [{ color: 'green', value: null }, { color: 'orange', value: config.declaredConnectionLimitWarningRatio }, { color: 'red', value: 1 }] },
+            custom: {
+              thresholdsStyle: { mode: 'line' },
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'sum by (%(clusterLabel)s, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", observer_connection_direction="outbound"}) / on (%(clusterLabel)s, server_address, server_port) max by (%(clusterLabel)s, server_address, server_port) (observer_tcp_connection_limit{%(observerSelector)s, %(clusterLabel)s=~"$cluster", observer_connection_direction="outbound"})',
+            legendFormat: 'to {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+          {
+            refId: 'B',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'sum by (%(clusterLabel)s, host_name, server_port) (observer_tcp_connection_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", observer_connection_direction="inbound"}) / on (%(clusterLabel)s, host_name, server_port) max by (%(clusterLabel)s, host_name, server_port) (observer_tcp_connection_limit{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", observer_connection_direction="inbound"})',
+            legendFormat: 'listeners on port {{server_port}} of {{host_name}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
         id: 21,
         type: 'row',
         title: 'observer health',
@@ -1502,7 +1569,7 @@ function(config)
           h: 1,
           w: 24,
           x: 0,
-          y: 80,
+          y: 87,
         },
         panels: [],
       },
@@ -1519,7 +1586,7 @@ function(config)
           h: 8,
           w: 8,
           x: 0,
-          y: 81,
+          y: 88,
         },
         fieldConfig: {
           defaults: {
@@ -1567,7 +1634,7 @@ function(config)
           h: 8,
           w: 8,
           x: 8,
-          y: 81,
+          y: 88,
         },
         fieldConfig: {
           defaults: {
@@ -1643,7 +1710,7 @@ function(config)
           h: 8,
           w: 8,
           x: 16,
-          y: 81,
+          y: 88,
         },
         fieldConfig: {
           defaults: {

@@ -111,14 +111,13 @@ settings! {
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SERIES")]
     max_series: MaxSeries = Preset::Value(MaxSeries(Limits::DEFAULT.max_series as u32)),
 
-    /// Live TCP sockets whose owning process the kernel side remembers, to
-    /// charge their TIME_WAIT to it, and established connections it
-    /// follows (observer_tcp_connection_usage): ~100 + ~150 bytes of
-    /// kernel memory each. Beyond it the least recently used owners are
-    /// forgotten, and new connections are left out of the connection
-    /// counts. Raise it when observer_map_evictions_total{observer_map_name=
-    /// "SOCK_OWNERS"} or observer_kernel_lost_updates_total{observer_map_name=
-    /// "OPEN_CONNECTIONS"} grows.
+    /// Live TCP sockets whose owner the kernel side remembers (to charge
+    /// their TIME_WAIT to it), and established connections it follows
+    /// (observer_tcp_connection_usage): ~250 bytes of kernel memory each.
+    /// Beyond it the least recently used owners are forgotten and new
+    /// connections are left out. Raise it when SOCK_OWNERS evictions
+    /// (observer_map_evictions_total) or OPEN_CONNECTIONS lost updates
+    /// (observer_kernel_lost_updates_total) grow.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]
     max_sockets: MaxSockets = Preset::Value(MaxSockets(observer_common::capacity::SOCK_OWNERS)),
 
@@ -150,6 +149,15 @@ settings! {
     /// from (`<namespace>_<pod>_<uid>/<container>/`).
     #[arg(long, value_name = "DIR", env = "OBSERVER_POD_LOGS")]
     pod_logs: PathBuf = Preset::Value(PathBuf::from("/var/log/pods")),
+
+    /// Connection limits you know and observer cannot see, exported as
+    /// observer_tcp_connection_limit next to the connections held
+    /// (ObserverConnectionsNearDeclaredLimit warns at 80%): ADDR:PORT=N for
+    /// a server, counted over every client on every node (a database's max
+    /// connections: 10.0.0.5:27017=10000), *:PORT=N for this node's
+    /// listeners on a port (*:6379=10000); comma-separated.
+    #[arg(long, value_name = "ADDR:PORT=N,...", env = "OBSERVER_CONNECTION_LIMITS")]
+    connection_limits: ConnectionLimits = Preset::Unset("no declared limits"),
 
     /// Push metrics with OTLP to this collector: its base URL, e.g.
     /// http://otel-collector:4317 (grpc) or http://otel-collector:4318
@@ -287,6 +295,7 @@ impl Settings {
             kernel_btf: preset(s.kernel_btf),
             cgroup_root: s.cgroup_root,
             pod_logs: preset(s.pod_logs),
+            connection_limits: s.connection_limits.map(|l| l.0).unwrap_or_default(),
             otlp,
         }
     }
@@ -312,6 +321,23 @@ fn preset<T>(value: Option<T>) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_limits_name_a_server_or_this_nodes_listeners() {
+        let parsed: ConnectionLimits = "10.0.0.5:27017=10000, [fd00::5]:5432=500,*:6379=10000".parse().unwrap();
+        assert_eq!(
+            parsed.0,
+            [
+                ConnectionLimit { of: LimitOf::Server("10.0.0.5:27017".parse().unwrap()), connections: 10_000 },
+                ConnectionLimit { of: LimitOf::Server("[fd00::5]:5432".parse().unwrap()), connections: 500 },
+                ConnectionLimit { of: LimitOf::Listeners(6379), connections: 10_000 },
+            ]
+        );
+        assert_eq!(parsed.to_string(), "10.0.0.5:27017=10000,[fd00::5]:5432=500,*:6379=10000", "written back as read");
+        for bad in ["db:5432=10", "10.0.0.5:27017", "*:0=5", "*:6379=-1", "10.0.0.5:27017=many"] {
+            assert!(bad.parse::<ConnectionLimits>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn every_key_parses() {
@@ -385,6 +411,9 @@ mod tests {
             ("otlp-endpoint = \"not a url\"", "line 1", "not a URL"),
             ("otlp-protocol = \"http/json\"", "line 1", "not an OTLP protocol"),
             ("otlp-headers = \"authorization\"", "line 1", "not key=value"),
+            ("connection-limits = \"10.0.0.5=10\"", "line 1", "ADDR:PORT=N"),
+            ("connection-limits = \"10.0.0.5:27017=0\"", "line 1", "N at least 1"),
+            ("connection-limits = \"*:6379=5,*:6379=7\"", "line 1", "declared twice"),
             ("otlp-timeout = \"0ms\"", "line 1", "out of range"),
             ("otlp-interval = \"often\"", "line 1", "not a duration"),
             ("otlp-temporality = \"sometimes\"", "line 1", "not a temporality"),

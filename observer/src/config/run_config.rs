@@ -25,6 +25,8 @@ pub struct RunConfig {
     pub cgroup_root: Option<PathBuf>,
     /// kubelet's pod log directory (pod names and namespaces).
     pub pod_logs: PathBuf,
+    /// Connection limits the user declared.
+    pub connection_limits: Vec<super::ConnectionLimit>,
     /// OTLP push, when an endpoint is set.
     pub otlp: Option<OtlpConfig>,
 }

@@ -72,6 +72,68 @@ text_setting!(
     parse: parse_endpoint,
     show: |u: &url::Url, f: &mut fmt::Formatter<'_>| write!(f, "{u}")
 );
+text_setting!(
+    /// Connection limits the user knows and observer cannot see, e.g.
+    /// `10.0.0.5:27017=10000,*:6379=10000`.
+    ConnectionLimits(Vec<ConnectionLimit>),
+    parse: parse_connection_limits,
+    show: |limits: &Vec<ConnectionLimit>, f: &mut fmt::Formatter<'_>| {
+        f.write_str(&limits.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+    }
+);
+
+/// A declared connection limit: of a server, for every client everywhere
+/// (a database's max connections), or of this node's listeners on a port
+/// (a server's max clients).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimit {
+    pub of: LimitOf,
+    pub connections: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitOf {
+    /// `ADDR:PORT`: the outbound connections to that server.
+    Server(std::net::SocketAddr),
+    /// `*:PORT`: the inbound connections to this node's listeners on it.
+    Listeners(u16),
+}
+
+impl fmt::Display for ConnectionLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.of {
+            LimitOf::Server(addr) => write!(f, "{addr}={}", self.connections),
+            LimitOf::Listeners(port) => write!(f, "*:{port}={}", self.connections),
+        }
+    }
+}
+
+/// `ADDR:PORT=N` or `*:PORT=N`, comma-separated.
+fn parse_connection_limits(s: &str) -> Result<Vec<ConnectionLimit>, String> {
+    let one = |item: &str| -> Result<ConnectionLimit, String> {
+        let wrong = || {
+            format!(
+                "`{item}`: write ADDR:PORT=N for a server (10.0.0.5:27017=10000, [fd00::5]:5432=500) or *:PORT=N \
+                 for this node's listeners on a port (*:6379=10000), N at least 1"
+            )
+        };
+        let (target, n) = item.split_once('=').ok_or_else(wrong)?;
+        let connections = n.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(wrong)?;
+        let target = target.trim();
+        let of = match target.strip_prefix("*:") {
+            Some(port) => LimitOf::Listeners(port.parse().ok().filter(|p| *p > 0).ok_or_else(wrong)?),
+            None => LimitOf::Server(target.parse().map_err(|_| wrong())?),
+        };
+        Ok(ConnectionLimit { of, connections })
+    };
+    let limits: Vec<ConnectionLimit> =
+        s.split(',').map(str::trim).filter(|i| !i.is_empty()).map(one).collect::<Result<_, _>>()?;
+    if let Some(twice) = limits.iter().enumerate().find(|(i, l)| limits[..*i].iter().any(|o| o.of == l.of)) {
+        return Err(format!("`{}` is declared twice", twice.1));
+    }
+    Ok(limits)
+}
+
 /// OTLP headers (`key=value,key2=value2`, values percent-encoded, as in
 /// OTEL_EXPORTER_OTLP_HEADERS). Their values are usually credentials: no
 /// output shows them, not `Display` (`--dry-run`), not `Debug`, not an

@@ -305,6 +305,16 @@ pub const TCP_CONNECTION_USAGE: Instrument = Instrument {
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
 };
 
+pub const TCP_CONNECTION_LIMIT: Instrument = Instrument {
+    name: "observer.tcp.connection.limit",
+    kind: Kind::Gauge,
+    unit: "{connection}",
+    description: "A connection limit the user declared (--connection-limits): outbound, a server's, for \
+                  every client on every node (sum observer.tcp.connection.usage over the fleet against it); \
+                  inbound, this node's listeners' on a port",
+    attributes: &[CONNECTION],
+};
+
 // The node's ceilings, next to their usage.
 
 pub const OPEN_FILE_DESCRIPTORS: Instrument = Instrument {
@@ -647,6 +657,7 @@ pub const ALL: &[&Instrument] = &[
     &TCP_CONNECTIONS_ESTABLISHED,
     &TCP_CONNECTIONS_CLOSED,
     &TCP_CONNECTION_USAGE,
+    &TCP_CONNECTION_LIMIT,
     &OPEN_FILE_DESCRIPTORS,
     &OPEN_FILE_DESCRIPTOR_LIMIT,
     &EPHEMERAL_PORT_USAGE,

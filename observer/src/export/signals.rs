@@ -7,6 +7,7 @@ use opentelemetry::{KeyValue, metrics::Meter};
 
 use super::{contract, errno_name, mark_overflow, u64_counter, u64_gauge, who_attrs};
 use crate::{
+    config::LimitOf,
     series::{ConnectionSeries, Counter, Dest, Direction, OTHER_PORT, ProcSeries, SeriesStore, lifetimes},
     snapshot::Published,
 };
@@ -76,7 +77,7 @@ fn connection_attrs(s: &ConnectionSeries, out: &mut Vec<KeyValue>) {
 }
 
 /// Connections: established and closed (by lifetime) per process,
-/// direction and far end, and those open now.
+/// direction and far end, those open now, and the limits declared.
 pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, Counter::ConnectionsEstablished.contract(), move |st, obs| {
         let mut attrs = Vec::with_capacity(8);
@@ -95,6 +96,22 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
                 attrs.push(KeyValue::new("le", *le));
                 obs.observe(value, &attrs);
             }
+        }
+    });
+    u64_gauge(meter, published, &contract::TCP_CONNECTION_LIMIT, move |st, obs| {
+        for limit in st.node.connection_limits.iter() {
+            let attrs = match limit.of {
+                LimitOf::Server(addr) => vec![
+                    KeyValue::new("observer.connection.direction", Direction::Outbound.as_str()),
+                    KeyValue::new("server.address", addr.ip().to_string()),
+                    KeyValue::new("server.port", i64::from(addr.port())),
+                ],
+                LimitOf::Listeners(port) => vec![
+                    KeyValue::new("observer.connection.direction", Direction::Inbound.as_str()),
+                    KeyValue::new("server.port", i64::from(port)),
+                ],
+            };
+            obs.observe(limit.connections, &attrs);
         }
     });
     u64_gauge(meter, published, &contract::TCP_CONNECTION_USAGE, move |st, obs| {

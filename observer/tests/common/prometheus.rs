@@ -21,6 +21,11 @@ pub struct Prometheus {
 impl Prometheus {
     /// A server scraping `target` every second, with its own storage.
     pub fn start(target: u16) -> Self {
+        Self::start_with_rules(target, None)
+    }
+
+    /// `start`, evaluating the alert rules of `rules` every second.
+    pub fn start_with_rules(target: u16, rules: Option<&std::path::Path>) -> Self {
         let binary = tool("OBSERVER_PROMETHEUS", "prometheus");
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("observer-prometheus-{}-{port}", std::process::id()));
@@ -29,8 +34,9 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: observer\n    \
-                 static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{}scrape_configs:\n  \
+                 - job_name: observer\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n",
+                rules.map(|r| format!("rule_files:\n  - {}\n", r.display())).unwrap_or_default()
             ),
         )
         .unwrap();

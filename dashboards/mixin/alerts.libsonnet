@@ -299,6 +299,28 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             },
           },
           {
+            alert: 'ObserverHandshakeSlow',
+            expr: |||
+              (
+                histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_handshakes_total{%(observerSelector)s}[5m])))
+                  > %(handshakeSlowdownFactor)g * histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_handshakes_total{%(observerSelector)s}[1h] offset 1h)))
+              )
+              and on (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port)
+              (
+                sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (rate(observer_tcp_handshakes_total{%(observerSelector)s, le="+Inf"}[5m])) >= %(handshakeMinimumPerSecond)g
+              )
+            ||| % $._config,
+            'for': '5m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Handshakes of {{ $labels.process_executable_name }} to {{ $labels.server_address }}:{{ $labels.server_port }} take {{ $value | humanizeDuration }} (p99), %(handshakeSlowdownFactor)gx an hour earlier' % $._config,
+              description: |||
+                The slowest handshakes (99th percentile, SYN sent to ESTABLISHED) of {{ $labels.process_executable_name }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} toward {{ $labels.server_address }}:{{ $labels.server_port }} take {{ $value | humanizeDuration }}, more than %(handshakeSlowdownFactor)g times their 99th percentile an hour earlier (the hour that ended an hour ago). Seconds mean lost SYNs (each costs 1 s, 2 s, 4 s): the server's listen queue, a conntrack table or a firewall dropping them; tens of milliseconds, a longer path (another site). Connection pools wait, and retries pile up.
+              ||| % $._config,
+              runbook_url: $._config.runbookURLPattern % 'ObserverHandshakeSlow',
+            },
+          },
+          {
             alert: 'ObserverConnectionsNearDeclaredLimit',
             // A server's limit counts every client on every node; a
             // listener's, this node's connections on its port.

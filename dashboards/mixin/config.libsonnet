@@ -35,6 +35,10 @@
     // lifetime is under connectionShortLifetimeSeconds: no reuse.
     connectionChurnWarningPerSecond: 50,
     connectionShortLifetimeSeconds: 1,
+    // Handshakes whose p99 is this many times their p99 of the hour
+    // before, at least handshakeMinimumPerSecond of them.
+    handshakeSlowdownFactor: 2,
+    handshakeMinimumPerSecond: 1,
     // Connections held against a limit declared with --connection-limits.
     declaredConnectionLimitWarningRatio: 0.8,
   },

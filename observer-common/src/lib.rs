@@ -189,6 +189,13 @@ pub mod lifetime {
     }
 }
 
+/// How long handshakes took (SYN sent to ESTABLISHED), in the same log2
+/// buckets as `lifetime`, fewer: 1 ms .. 2^14 ms (16 s: a SYN lost four
+/// times), and longer.
+pub mod handshake {
+    pub const BUCKETS: usize = 16;
+}
+
 /// Counts of one `ConnectionKey` in one interval. Not per CPU (a value
 /// this size times every CPU would be large): the programs add atomically.
 #[repr(C)]
@@ -199,15 +206,21 @@ pub struct ConnectionCounts {
     /// Connections that left ESTABLISHED (a FIN sent or received, a
     /// reset), by how long they had been established (`lifetime`).
     pub closed: [u64; lifetime::BUCKETS],
+    /// Outbound connections that reached ESTABLISHED, by how long their
+    /// handshake took (`handshake`); those whose SYN observer saw.
+    pub handshakes: [u64; handshake::BUCKETS],
 }
 
-/// An established connection being followed (key: `struct sock *`): the
-/// key its counts go to, and since when (bpf_ktime_get_ns).
+/// A connection being followed (key: `struct sock *`): the key its counts
+/// go to, and since when (bpf_ktime_get_ns): its SYN, while `handshaking`
+/// (an outbound connection from SYN_SENT on), else its ESTABLISHED.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpenConnection {
     pub key: ConnectionKey,
     pub since: u64,
+    pub handshaking: u32,
+    pub _pad: u32,
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -354,7 +367,7 @@ const _: () = {
     assert!(size_of::<Config>() == 16);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
-    assert!(size_of::<ConnectionCounts>() == 184);
-    assert!(size_of::<OpenConnection>() == 72);
+    assert!(size_of::<ConnectionCounts>() == 312);
+    assert!(size_of::<OpenConnection>() == 80);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -1,24 +1,75 @@
-//! Connections open now, and how long they lived: each socket that reaches
-//! ESTABLISHED is noted with its owner, direction and far end
-//! (`OPEN_CONNECTIONS`); when it leaves ESTABLISHED (a FIN sent or
-//! received, a reset) its lifetime is counted under the same key. Userspace
-//! keeps established - closed per key: the connections open now, exact for
-//! those established while observer ran (the state changes of every TCP
-//! socket pass `inet_sock_set_state`, state.rs).
+//! Connections open now, how long their handshakes took and how long they
+//! lived: each socket is noted with its owner, direction and far end
+//! (`OPEN_CONNECTIONS`) when its connect() sends the SYN (outbound) or when
+//! a listener's child reaches ESTABLISHED (inbound); reaching ESTABLISHED
+//! counts its start (outbound, with the handshake's time), leaving it (a
+//! FIN sent or received, a reset) its end and lifetime, under the same
+//! key. Userspace keeps established - closed per key: the connections open
+//! now, exact for those established while observer ran (the state changes
+//! of every TCP socket pass `inet_sock_set_state`, state.rs).
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, direction, lost, tcp_state::*};
 
 use crate::{
     counters::{Counted, bump_connection_closed, bump_connection_established, count_lost},
-    kernel::{sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner},
+    kernel::{current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner},
     maps::{LISTENERS, OPEN_CONNECTIONS},
 };
 
+const BPF_NOEXIST: u64 = 1;
+
+/// The socket sent its SYN (CLOSE -> SYN_SENT, in the connecting
+/// process's context): note it, so its ESTABLISHED knows the handshake's
+/// time. A connection the map has no room for is left out whole (it gets
+/// its entry at ESTABLISHED if there is room then).
+#[inline(always)]
+pub fn connection_syn_sent(sk: u64) {
+    let family = sock_family(sk);
+    let (addr, port) = sock_destination(sk, family);
+    let key = ConnectionKey {
+        actor: current_actor(),
+        addr,
+        family,
+        port,
+        direction: direction::OUTBOUND,
+        netns: sock_netns(sk),
+        _pad: 0,
+    };
+    let entry = OpenConnection { key, since: unsafe { bpf_ktime_get_ns() }, handshaking: 1, _pad: 0 };
+    note(sk, &entry);
+}
+
+/// The handshake failed (SYN_SENT -> CLOSE): forget the socket.
+#[inline(always)]
+pub fn connection_failed(sk: u64) {
+    let _ = OPEN_CONNECTIONS.remove(&sk);
+}
+
 /// The socket entered ESTABLISHED from `old`: SYN_SENT, a connect() of
-/// ours (the owner recorded at connect); SYN_RECV, a listener's new child,
-/// charged to the listener's owner until accept() hands it on.
+/// ours, noted at its SYN (else, a SYN older than observer or the map full
+/// then, noted now with the owner recorded at connect); SYN_RECV, a
+/// listener's new child, charged to the listener's owner until accept()
+/// hands it on.
 #[inline(always)]
 pub fn connection_established(sk: u64, old: i32) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    if old == SYN_SENT
+        && let Some(entry) = OPEN_CONNECTIONS.get_ptr_mut(&sk)
+    {
+        // SAFETY: this socket's entry; its state changes are serialized by
+        // the socket's lock. Counted (and folded, if need be) in place.
+        unsafe {
+            if (*entry).handshaking == 1 {
+                let handshake = now.saturating_sub((*entry).since);
+                (*entry).handshaking = 0;
+                (*entry).since = now;
+                if let Counted::No = bump_connection_established(&mut (*entry).key, Some(handshake)) {
+                    let _ = OPEN_CONNECTIONS.remove(&sk);
+                }
+                return;
+            }
+        }
+    }
     let family = sock_family(sk);
     let netns = sock_netns(sk);
     let key = if old == SYN_SENT {
@@ -32,20 +83,11 @@ pub fn connection_established(sk: u64, old: i32) {
         };
         ConnectionKey { actor, addr: [0; 16], family, port, direction: direction::INBOUND, netns, _pad: 0 }
     };
-    // Noted first: a connection the map has no room for is left out
-    // whole, so the counts of those followed stay exact. An entry already
-    // there is an earlier socket at this address whose end a skipped run
-    // missed: counted as ended now, so it is not left open for ever.
-    let since = unsafe { bpf_ktime_get_ns() };
-    let mut entry = OpenConnection { key, since };
-    const BPF_NOEXIST: u64 = 1;
-    if OPEN_CONNECTIONS.insert(&sk, &entry, BPF_NOEXIST).is_err() {
-        connection_ended(sk);
-        if OPEN_CONNECTIONS.insert(&sk, &entry, BPF_NOEXIST).is_err() {
-            return count_lost(lost::OPEN_CONNECTIONS_FULL);
-        }
+    let mut entry = OpenConnection { key, since: now, handshaking: 0, _pad: 0 };
+    if !note(sk, &entry) {
+        return;
     }
-    match bump_connection_established(&mut entry.key) {
+    match bump_connection_established(&mut entry.key, None) {
         Counted::AsIs => {}
         // Its end must go where its start went.
         Counted::Folded => {
@@ -57,11 +99,29 @@ pub fn connection_established(sk: u64, old: i32) {
     }
 }
 
+/// Put the socket's entry in; false (counted in `LOST`) if the map is
+/// full. An entry already there belongs to an earlier socket at this
+/// address whose end a skipped run missed: ended now (if it was
+/// established), so it is not left open for ever.
+#[inline(always)]
+fn note(sk: u64, entry: &OpenConnection) -> bool {
+    if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_ok() {
+        return true;
+    }
+    connection_ended(sk);
+    let _ = OPEN_CONNECTIONS.remove(&sk);
+    if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_err() {
+        count_lost(lost::OPEN_CONNECTIONS_FULL);
+        return false;
+    }
+    true
+}
+
 /// The socket left ESTABLISHED: count its end once.
 #[inline(always)]
 pub fn connection_ended(sk: u64) {
     let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
-    if OPEN_CONNECTIONS.remove(&sk).is_err() {
+    if entry.handshaking == 1 || OPEN_CONNECTIONS.remove(&sk).is_err() {
         return;
     }
     let now = unsafe { bpf_ktime_get_ns() };

@@ -13,7 +13,7 @@ use observer_common::{
     Actor, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey,
     TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
-    lifetime, lost, lru,
+    handshake, lifetime, lost, lru,
 };
 
 use crate::maps::{
@@ -149,7 +149,20 @@ fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut 
 
 /// The zero value new connection keys start from: a global rather than
 /// the stack, which a 184-byte value would crowd.
-static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts { established: 0, closed: [0; lifetime::BUCKETS] };
+static ZERO_CONNECTION_COUNTS: ConnectionCounts =
+    ConnectionCounts { established: 0, closed: [0; lifetime::BUCKETS], handshakes: [0; handshake::BUCKETS] };
+
+/// The log2 bucket of a duration (`lifetime`): the first of `buckets` - 1
+/// bounds it does not exceed, else the last.
+#[inline(always)]
+fn log2_bucket(ns: u64, buckets: usize) -> usize {
+    for i in 0..buckets - 1 {
+        if ns <= lifetime::bound_ns(i) {
+            return i;
+        }
+    }
+    buckets - 1
+}
 
 /// How a connection's start was counted.
 pub enum Counted {
@@ -163,9 +176,10 @@ pub enum Counted {
 }
 
 /// Count one connection reaching ESTABLISHED under `key`, folded first
-/// (in place) if its process is past its share of keys.
+/// (in place) if its process is past its share of keys, with how long its
+/// handshake took when its SYN was seen.
 #[inline(always)]
-pub fn bump_connection_established(key: &mut ConnectionKey) -> Counted {
+pub fn bump_connection_established(key: &mut ConnectionKey, handshake_ns: Option<u64>) -> Counted {
     let (map, keys) = if buffer() == 0 { (&CONNECTIONS_0, &KEYS_CREATED_0) } else { (&CONNECTIONS_1, &KEYS_CREATED_1) };
     let mut counted = Counted::AsIs;
     let value = match map.get_ptr_mut(&*key) {
@@ -186,6 +200,12 @@ pub fn bump_connection_established(key: &mut ConnectionKey) -> Counted {
     // SAFETY: `value` points into the map's value, shared by all CPUs: the
     // add is atomic.
     add(unsafe { &raw mut (*value).established }, 1);
+    if let Some(ns) = handshake_ns {
+        // SAFETY: as above; the bucket is < handshake::BUCKETS.
+        if let Some(slot) = unsafe { (*value).handshakes.get_mut(log2_bucket(ns, handshake::BUCKETS)) } {
+            add(slot, 1);
+        }
+    }
     counted
 }
 
@@ -198,15 +218,8 @@ pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: u64) {
     let Some(value) = shared_value_of(map, key, &ZERO_CONNECTION_COUNTS) else {
         return count_lost(lost::CONNECTIONS_FULL);
     };
-    let mut bucket = lifetime::BUCKETS - 1;
-    for i in 0..lifetime::BUCKETS - 1 {
-        if lived_ns <= lifetime::bound_ns(i) {
-            bucket = i;
-            break;
-        }
-    }
-    // SAFETY: as above; `bucket` < BUCKETS.
-    if let Some(slot) = unsafe { (*value).closed.get_mut(bucket) } {
+    // SAFETY: as above; the bucket is < lifetime::BUCKETS.
+    if let Some(slot) = unsafe { (*value).closed.get_mut(log2_bucket(lived_ns, lifetime::BUCKETS)) } {
         add(slot, 1);
     }
 }

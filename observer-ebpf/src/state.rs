@@ -9,15 +9,15 @@
 //!   overflow hook), queue the listener's last one for userspace;
 //! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
 //!   hook is attached (one of the pair of programs of time_wait.rs);
-//! - -> ESTABLISHED, ESTABLISHED ->: a connection opens, ends
-//!   (connections.rs);
+//! - CLOSE -> SYN_SENT, -> ESTABLISHED, ESTABLISHED ->: a connection's
+//!   SYN, start and end (connections.rs);
 //! - -> CLOSE: forget the socket's owner.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{ClosedListener, ListenerKey, lost, lru, tcp_state::*};
 
 use crate::{
     connect::{connect_settled, syn_sent_in_connect},
-    connections::{connection_ended, connection_established},
+    connections::{connection_ended, connection_established, connection_failed, connection_syn_sent},
     counters::{count_lost, lru_insert, lru_remove},
     kernel::{
         IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
@@ -52,8 +52,16 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         connection_ended(sk);
     }
     match (old, new) {
-        (CLOSE, SYN_SENT) => syn_sent_in_connect(sk),
-        (SYN_SENT, _) => connect_settled(sk, new == CLOSE),
+        (CLOSE, SYN_SENT) => {
+            syn_sent_in_connect(sk);
+            connection_syn_sent(sk);
+        }
+        (SYN_SENT, _) => {
+            connect_settled(sk, new == CLOSE);
+            if new == CLOSE {
+                connection_failed(sk);
+            }
+        }
         (_, LISTEN) => record_listener(sk),
         (LISTEN, CLOSE) if config().listen_drops_from_sweep == 1 => record_closed_listener(sk),
         _ => {}

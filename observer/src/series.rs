@@ -60,10 +60,11 @@ pub enum Counter {
     ListenOverflows,
     ConnectionsEstablished,
     ConnectionsClosed,
+    Handshakes,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; 8] = [
         Counter::Connects,
         Counter::Accepts,
         Counter::TimeWaitEntries,
@@ -71,6 +72,7 @@ impl Counter {
         Counter::ListenOverflows,
         Counter::ConnectionsEstablished,
         Counter::ConnectionsClosed,
+        Counter::Handshakes,
     ];
 
     /// The instrument it is exported as.
@@ -83,6 +85,7 @@ impl Counter {
             Counter::ListenOverflows => &contract::TCP_LISTEN_OVERFLOWS,
             Counter::ConnectionsEstablished => &contract::TCP_CONNECTIONS_ESTABLISHED,
             Counter::ConnectionsClosed => &contract::TCP_CONNECTIONS_CLOSED,
+            Counter::Handshakes => &contract::TCP_HANDSHAKES,
         }
     }
 
@@ -185,36 +188,44 @@ pub struct ConnectionSeries {
     pub dest: Dest,
 }
 
-/// Connection lifetimes as exported: the kernel's log2 buckets (observer-
-/// common's `lifetime`) two by two, so 12 bounds of 4^j ms each; a count
-/// per bucket (not cumulative; the export sums them up to each bound).
-pub mod lifetimes {
-    use observer_common::lifetime;
+/// Durations as exported (connection lifetimes, handshakes): the kernel's
+/// log2 ms buckets (observer-common's `lifetime`) two by two, so bounds of
+/// 4^j ms, and the kernel's last (longer) bucket last; a count per bucket
+/// (not cumulative: the export sums them up to each bound).
+pub mod durations {
+    use observer_common::{handshake, lifetime};
 
-    pub const BUCKETS: usize = 12;
-    /// The upper bounds in seconds, as the `le` attribute says them.
-    pub const LE: [&str; BUCKETS] =
-        ["0.001", "0.004", "0.016", "0.064", "0.256", "1.024", "4.096", "16.384", "65.536", "262.144", "1048.576", "+Inf"];
+    /// The bounds in seconds, as the `le` attribute says them.
+    const BOUNDS: [&str; 11] =
+        ["0.001", "0.004", "0.016", "0.064", "0.256", "1.024", "4.096", "16.384", "65.536", "262.144", "1048.576"];
 
-    pub type Lifetimes = [u64; BUCKETS];
+    pub const LIFETIME_BUCKETS: usize = lifetime::BUCKETS / 2 + 1;
+    pub const HANDSHAKE_BUCKETS: usize = handshake::BUCKETS / 2 + 1;
+    pub type Lifetimes = [u64; LIFETIME_BUCKETS];
+    pub type Handshakes = [u64; HANDSHAKE_BUCKETS];
 
     /// Kernel bucket i (<= 2^i ms) goes to exported bucket (i + 1) / 2
-    /// (<= 4^j ms = 2^2j ms); the kernel's last (longer) to the last.
-    pub fn from_kernel(closed: &[u64; lifetime::BUCKETS]) -> Lifetimes {
-        let mut out = [0; BUCKETS];
-        for (i, n) in closed.iter().enumerate() {
-            out[((i + 1) / 2).min(BUCKETS - 1)] += n;
+    /// (<= 4^j ms = 2^2j ms); the kernel's last to the last (M = N / 2 + 1).
+    pub fn from_kernel<const N: usize, const M: usize>(kernel: &[u64; N]) -> [u64; M] {
+        let mut out = [0; M];
+        for (i, n) in kernel.iter().enumerate() {
+            out[((i + 1) / 2).min(M - 1)] += n;
         }
         out
     }
 
     /// Counts up to and including each bound, as a histogram's buckets.
-    pub fn cumulative(l: &Lifetimes) -> Lifetimes {
-        let mut out = *l;
-        for j in 1..BUCKETS {
+    pub fn cumulative<const M: usize>(counts: &[u64; M]) -> [u64; M] {
+        let mut out = *counts;
+        for j in 1..M {
             out[j] += out[j - 1];
         }
         out
+    }
+
+    /// The `le` of exported bucket `j` of `buckets`.
+    pub fn le(j: usize, buckets: usize) -> &'static str {
+        if j + 1 == buckets { "+Inf" } else { BOUNDS[j] }
     }
 }
 
@@ -245,8 +256,10 @@ pub struct SeriesStore {
     pub connect_errors: BTreeMap<ErrorSeries, u64>,
     pub listen_overflows: BTreeMap<OverflowSeries, u64>,
     pub connections_established: BTreeMap<ConnectionSeries, u64>,
-    /// By lifetime (`lifetimes`): one series per bound.
-    pub connections_closed: BTreeMap<ConnectionSeries, lifetimes::Lifetimes>,
+    /// By lifetime (`durations`): one series per bound.
+    pub connections_closed: BTreeMap<ConnectionSeries, durations::Lifetimes>,
+    /// Outbound handshakes by how long they took (`durations`).
+    pub handshakes: BTreeMap<ConnectionSeries, durations::Handshakes>,
     /// Updates charged to an `other` series (a cap reached), per counter.
     pub folded: BTreeMap<Counter, u64>,
     /// The caps already reported in the log (once each).
@@ -267,7 +280,10 @@ impl Total for u64 {
     }
 }
 
-impl Total for lifetimes::Lifetimes {
+impl<const N: usize> Total for [u64; N]
+where
+    [u64; N]: Default,
+{
     fn add(&mut self, n: &Self) {
         for (total, n) in self.iter_mut().zip(n) {
             *total += n;
@@ -411,7 +427,8 @@ impl SeriesStore {
             Counter::ListenOverflows => self.listen_overflows.len(),
             Counter::ConnectionsEstablished => self.connections_established.len(),
             // Each is a series per lifetime bound.
-            Counter::ConnectionsClosed => self.connections_closed.len() * lifetimes::BUCKETS,
+            Counter::ConnectionsClosed => self.connections_closed.len() * durations::LIFETIME_BUCKETS,
+            Counter::Handshakes => self.handshakes.len() * durations::HANDSHAKE_BUCKETS,
         }
     }
 
@@ -482,9 +499,16 @@ impl SeriesStore {
                     *self.folded.entry(Counter::ConnectionsEstablished).or_default() += 1;
                 }
             }
-            let closed = lifetimes::from_kernel(&counts.closed);
+            let handshakes: durations::Handshakes = durations::from_kernel(&counts.handshakes);
+            if handshakes.iter().any(|n| *n > 0) {
+                let max = max / durations::HANDSHAKE_BUCKETS;
+                if add(&mut self.handshakes, series.clone(), fold, handshakes, max) || capped {
+                    *self.folded.entry(Counter::Handshakes).or_default() += 1;
+                }
+            }
+            let closed: durations::Lifetimes = durations::from_kernel(&counts.closed);
             if closed.iter().any(|n| *n > 0) {
-                let max = max / lifetimes::BUCKETS;
+                let max = max / durations::LIFETIME_BUCKETS;
                 if add(&mut self.connections_closed, series, fold, closed, max) || capped {
                     *self.folded.entry(Counter::ConnectionsClosed).or_default() += 1;
                 }
@@ -554,12 +578,14 @@ impl SeriesStore {
         self.listen_overflows.retain(|s, _| keep(&s.who));
         self.connections_established.retain(|s, _| keep(&s.who));
         self.connections_closed.retain(|s, _| keep(&s.who));
+        self.handshakes.retain(|s, _| keep(&s.who));
         let used: BTreeSet<Dest> = self
             .connect_errors
             .keys()
             .map(|s| &s.dest)
             .chain(self.connections_established.keys().map(|s| &s.dest))
             .chain(self.connections_closed.keys().map(|s| &s.dest))
+            .chain(self.handshakes.keys().map(|s| &s.dest))
             .cloned()
             .collect();
         self.destinations.retain(|d| used.contains(d));
@@ -589,6 +615,25 @@ mod tests {
         let mut daddr = [0u8; 16];
         daddr[..4].copy_from_slice(&[10, 0, 0, last_octet]);
         (ConnectErrorKey { actor: actor(tgid, "client"), family: AF_INET, dport: 8080, errno: 99, daddr }, n)
+    }
+
+    #[test]
+    fn kernel_duration_buckets_are_exported_two_by_two_with_the_longest_last() {
+        let mut kernel = [0u64; observer_common::handshake::BUCKETS];
+        kernel[0] = 1; // <= 1 ms
+        kernel[1] = 2; // <= 2 ms
+        kernel[2] = 4; // <= 4 ms
+        kernel[11] = 8; // <= 2048 ms
+        kernel[15] = 16; // longer than 16 s
+        let exported: durations::Handshakes = durations::from_kernel(&kernel);
+        assert_eq!(exported, [1, 6, 0, 0, 0, 0, 8, 0, 16]);
+        assert_eq!(durations::cumulative(&exported), [1, 7, 7, 7, 7, 7, 15, 15, 31]);
+        assert_eq!(
+            (durations::le(1, durations::HANDSHAKE_BUCKETS), durations::le(6, durations::HANDSHAKE_BUCKETS)),
+            ("0.004", "4.096")
+        );
+        assert_eq!(durations::le(8, durations::HANDSHAKE_BUCKETS), "+Inf");
+        assert_eq!(durations::le(10, durations::LIFETIME_BUCKETS), "1048.576");
     }
 
     #[test]

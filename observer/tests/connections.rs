@@ -4,7 +4,7 @@
 mod common;
 
 use common::{INBOUND, OUTBOUND, Observer, collect_until};
-use observer::series::lifetimes;
+use observer::series::durations;
 use observer_testing::Netns;
 
 const PORT: u16 = 5432;
@@ -84,10 +84,12 @@ fn lifetimes_land_in_the_bucket_of_the_time_held() {
     // with room for a slow machine on each side.
     let client = ns.client(&["--to", &to, "--count", "6", "--life", "100ms,100ms,100ms,500ms,500ms,2s"]);
     assert_eq!(client.connected, 6, "{client:?}");
-    let closed = |o: &Observer, pid, dir| lifetimes::cumulative(&lifetimes::from_kernel(&o.connection_counts(pid, dir, PORT).closed));
+    let closed = |o: &Observer, pid, dir| -> durations::Lifetimes {
+        durations::cumulative(&durations::from_kernel(&o.connection_counts(pid, dir, PORT).closed))
+    };
     collect_until(&mut obs, |o| closed(o, client.pid, OUTBOUND)[11] >= 6 && closed(o, server.pid(), INBOUND)[11] >= 6);
     // le:                 0.001 0.004 0.016 0.064 0.256 1.024 4.096 ... +Inf
-    let expected: lifetimes::Lifetimes = [0, 0, 0, 0, 3, 5, 6, 6, 6, 6, 6, 6];
+    let expected: durations::Lifetimes = [0, 0, 0, 0, 3, 5, 6, 6, 6, 6, 6, 6];
     assert_eq!(closed(&obs, client.pid, OUTBOUND), expected, "the client's connections, cumulative by le");
     assert_eq!(closed(&obs, server.pid(), INBOUND), expected, "the listener's, by the same times");
     assert_eq!(obs.connection_counts(client.pid, OUTBOUND, PORT).established, 6);
@@ -118,4 +120,43 @@ fn connections_older_than_observer_are_left_out_and_their_ends_take_nothing() {
     assert_eq!(obs.open_connections(server.pid(), INBOUND, PORT), 10, "the old ones' ends took none of the new");
     assert_eq!(obs.open_connections(old_pid, OUTBOUND, PORT), 0);
     assert_eq!(obs.connection_counts(old_pid, OUTBOUND, PORT), Default::default(), "nothing counted for them");
+}
+
+/// Handshakes timed from the SYN: toward one port the namespace's firewall
+/// drops the first two SYNs of every connection (1 s, then 2 s more before
+/// the SYN that passes), toward another none. Each handshake lands in the
+/// bucket of its delay, and the SYNs resent are the kernel's
+/// TcpExtTCPSynRetrans.
+#[test]
+fn handshakes_land_in_the_bucket_of_their_delay() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let (slow, fast) = (7300u16, 7301u16);
+    let _slow_server = ns.serve(&["--listen", &format!("127.0.0.1:{slow}")]);
+    let _fast_server = ns.serve(&["--listen", &format!("127.0.0.1:{fast}")]);
+    let dport = slow.to_string();
+    // Two rules, each with its own count of the SYNs reaching it: the
+    // first drops SYNs 0, 3, 6, ..., the second every other one of the
+    // rest (1, 4, ...): two of every three, the third passes.
+    for every in [["3", "0"], ["2", "0"]] {
+        observer_testing::netns::run(ns.command("iptables").args([
+            "-A", "INPUT", "-p", "tcp", "--syn", "--dport", &dport, "-m", "statistic", "--mode", "nth", "--every",
+            every[0], "--packet", every[1], "-j", "DROP",
+        ]));
+    }
+    let resent_before = ns.nstat("TcpExtTCPSynRetrans");
+    let delayed = ns.client(&["--to", &format!("127.0.0.1:{slow}"), "--count", "2"]);
+    let quick = ns.client(&["--to", &format!("127.0.0.1:{fast}"), "--count", "5"]);
+    assert_eq!((delayed.connected, quick.connected), (2, 5), "{delayed:?} {quick:?}");
+    let resent = ns.nstat("TcpExtTCPSynRetrans") - resent_before;
+    assert_eq!(resent, 4, "the kernel resent two SYNs per delayed connection");
+
+    let times = |o: &Observer, pid, port| -> durations::Handshakes {
+        durations::cumulative(&durations::from_kernel(&o.connection_counts(pid, OUTBOUND, port).handshakes))
+    };
+    collect_until(&mut obs, |o| times(o, delayed.pid, slow)[8] >= 2 && times(o, quick.pid, fast)[8] >= 5);
+    // le:               0.001 0.004 0.016 0.064 0.256 1.024 4.096 16.384 +Inf
+    assert_eq!(times(&obs, delayed.pid, slow), [0, 0, 0, 0, 0, 0, 2, 2, 2], "3 s each: in (1.024, 4.096]");
+    let quick_times = times(&obs, quick.pid, fast);
+    assert_eq!((quick_times[4], quick_times[8]), (5, 5), "a round trip on loopback: under 0.256 s, {quick_times:?}");
 }

@@ -330,6 +330,7 @@ fn expected(culprits: &Culprits, expr: &str) -> Option<u32> {
         || expr.contains("observer_tcp_accepts_total")
         || expr.contains("observer_tcp_connections_established_total")
         || expr.contains("observer_tcp_connections_closed_total")
+        || expr.contains("observer_tcp_handshakes_total")
     {
         Some(culprits.storm)
     } else if expr.contains("observer_tcp_connection_usage") {

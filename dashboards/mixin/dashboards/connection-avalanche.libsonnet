@@ -1504,7 +1504,7 @@ function(config)
         },
         gridPos: {
           h: 7,
-          w: 24,
+          w: 12,
           x: 0,
           y: 80,
         },
@@ -1541,6 +1541,60 @@ function(config)
             },
             expr: 'sum by (%(clusterLabel)s, host_name, server_port) (observer_tcp_connection_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", observer_connection_direction="inbound"}) / on (%(clusterLabel)s, host_name, server_port) max by (%(clusterLabel)s, host_name, server_port) (observer_tcp_connection_limit{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", observer_connection_direction="inbound"})',
             legendFormat: 'listeners on port {{server_port}} of {{host_name}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
+        id: 34,
+        type: 'timeseries',
+        title: 'Handshake time (p99) by process and destination',
+        description: 'How long the slowest handshakes toward each server took (99th percentile of SYN sent to ESTABLISHED; buckets at powers of 4 ms, so within a factor of 4). A round trip normally; each lost SYN adds 1 s, then 2 s, 4 s: a listener overflowing, a conntrack table full or a firewall shows as a jump to seconds, a remote site as a step up (1 ms to 40 ms).',
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 12,
+          x: 12,
+          y: 80,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 's',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'topk(10, histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port, le) (rate(observer_tcp_handshakes_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval]))))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} -> {{server_address}}:{{server_port}}',
             range: true,
             instant: false,
           },

@@ -64,7 +64,7 @@ mod tests {
         for &(bucket, n) in closed_in {
             closed[bucket] = n;
         }
-        ConnectionCounts { established, closed }
+        ConnectionCounts { established, closed, ..Default::default() }
     }
 
     #[test]

@@ -188,9 +188,9 @@ const CONNECTION: &[Attribute] = &[
 const LIFETIME_BOUND: &[Attribute] = &[Attribute {
     key: "le",
     ty: Type::String,
-    meaning: "A lifetime bound in seconds (`0.001`, `0.004`, ... `1048.576`, `+Inf`: powers of 4 ms): the series \
-              counts the connections that lived at most that long, as a Prometheus histogram's buckets do \
-              (`histogram_quantile` reads them; `le=\"+Inf\"` counts all)",
+    meaning: "A bound in seconds (`0.001`, `0.004`, ... powers of 4 ms, then `+Inf`): the series counts the \
+              connections that took at most that long (to live; to shake hands: up to `16.384`), as a \
+              Prometheus histogram's buckets do (`histogram_quantile` reads them; `le=\"+Inf\"` counts all)",
 }];
 
 const LISTENER_PORT: &[Attribute] = &[Attribute { key: "server.port", ty: Type::Int, meaning: "The listener's port" }];
@@ -293,6 +293,15 @@ pub const TCP_CONNECTIONS_CLOSED: Instrument = Instrument {
     description: "TCP connections that left ESTABLISHED (a FIN sent or received, a reset), by how long they had \
                   been established (le), process, direction and far end; a missing keep-alive shows as many \
                   short lifetimes. Only connections established while observer ran",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
+};
+
+pub const TCP_HANDSHAKES: Instrument = Instrument {
+    name: "observer.tcp.handshakes",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    description: "Outbound TCP handshakes that completed (SYN sent to ESTABLISHED), by how long they took (le: 1 \
+                  s more per lost SYN, a round trip otherwise), process and server; the SYNs observer saw",
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };
 
@@ -656,6 +665,7 @@ pub const ALL: &[&Instrument] = &[
     &TCP_LISTEN_OVERFLOWS,
     &TCP_CONNECTIONS_ESTABLISHED,
     &TCP_CONNECTIONS_CLOSED,
+    &TCP_HANDSHAKES,
     &TCP_CONNECTION_USAGE,
     &TCP_CONNECTION_LIMIT,
     &OPEN_FILE_DESCRIPTORS,

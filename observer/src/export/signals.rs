@@ -8,7 +8,7 @@ use opentelemetry::{KeyValue, metrics::Meter};
 use super::{contract, errno_name, mark_overflow, u64_counter, u64_gauge, who_attrs};
 use crate::{
     config::LimitOf,
-    series::{ConnectionSeries, Counter, Dest, Direction, OTHER_PORT, ProcSeries, SeriesStore, lifetimes},
+    series::{ConnectionSeries, Counter, Dest, Direction, OTHER_PORT, ProcSeries, SeriesStore, durations},
     snapshot::Published,
 };
 
@@ -76,7 +76,8 @@ fn connection_attrs(s: &ConnectionSeries, out: &mut Vec<KeyValue>) {
     }
 }
 
-/// Connections: established and closed (by lifetime) per process,
+/// Connections: established (and their handshakes' times) and closed (by
+/// lifetime) per process,
 /// direction and far end, those open now, and the limits declared.
 pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, Counter::ConnectionsEstablished.contract(), move |st, obs| {
@@ -90,10 +91,21 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, Counter::ConnectionsClosed.contract(), move |st, obs| {
         let mut attrs = Vec::with_capacity(9);
         for (s, by_lifetime) in &st.series.connections_closed {
-            for (le, value) in lifetimes::LE.iter().zip(lifetimes::cumulative(by_lifetime)) {
+            for (j, value) in durations::cumulative(by_lifetime).into_iter().enumerate() {
                 attrs.clear();
                 connection_attrs(s, &mut attrs);
-                attrs.push(KeyValue::new("le", *le));
+                attrs.push(KeyValue::new("le", durations::le(j, durations::LIFETIME_BUCKETS)));
+                obs.observe(value, &attrs);
+            }
+        }
+    });
+    u64_counter(meter, published, Counter::Handshakes.contract(), move |st, obs| {
+        let mut attrs = Vec::with_capacity(9);
+        for (s, by_time) in &st.series.handshakes {
+            for (j, value) in durations::cumulative(by_time).into_iter().enumerate() {
+                attrs.clear();
+                connection_attrs(s, &mut attrs);
+                attrs.push(KeyValue::new("le", durations::le(j, durations::HANDSHAKE_BUCKETS)));
                 obs.observe(value, &attrs);
             }
         }

@@ -123,6 +123,9 @@ impl Observer {
             for (t, n) in total.closed.iter_mut().zip(counts.closed) {
                 *t += n;
             }
+            for (t, n) in total.handshakes.iter_mut().zip(counts.handshakes) {
+                *t += n;
+            }
         }
         self.open_connections = d.open_connections;
     }
@@ -150,6 +153,9 @@ impl Observer {
         for (_, c) in self.connections.iter().filter(|(k, _)| Self::is_connection(k, pid, dir, port)) {
             total.established += c.established;
             for (t, n) in total.closed.iter_mut().zip(c.closed) {
+                *t += n;
+            }
+            for (t, n) in total.handshakes.iter_mut().zip(c.handshakes) {
                 *t += n;
             }
         }

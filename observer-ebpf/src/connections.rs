@@ -20,8 +20,9 @@ const BPF_NOEXIST: u64 = 1;
 
 /// The socket sent its SYN (CLOSE -> SYN_SENT, in the connecting
 /// process's context): note it, so its ESTABLISHED knows the handshake's
-/// time. A connection the map has no room for is left out whole (it gets
-/// its entry at ESTABLISHED if there is room then).
+/// time. With the map full it is not noted (nor counted lost: it gets its
+/// entry at ESTABLISHED if there is room then, and is counted lost there
+/// if not).
 #[inline(always)]
 pub fn connection_syn_sent(sk: u64) {
     let family = sock_family(sk);
@@ -36,7 +37,7 @@ pub fn connection_syn_sent(sk: u64) {
         _pad: 0,
     };
     let entry = OpenConnection { key, since: unsafe { bpf_ktime_get_ns() }, handshaking: 1, _pad: 0 };
-    note(sk, &entry);
+    note(sk, &entry, false);
 }
 
 /// The handshake failed (SYN_SENT -> CLOSE): forget the socket.
@@ -84,7 +85,7 @@ pub fn connection_established(sk: u64, old: i32) {
         ConnectionKey { actor, addr: [0; 16], family, port, direction: direction::INBOUND, netns, _pad: 0 }
     };
     let mut entry = OpenConnection { key, since: now, handshaking: 0, _pad: 0 };
-    if !note(sk, &entry) {
+    if !note(sk, &entry, true) {
         return;
     }
     match bump_connection_established(&mut entry.key, None) {
@@ -99,19 +100,21 @@ pub fn connection_established(sk: u64, old: i32) {
     }
 }
 
-/// Put the socket's entry in; false (counted in `LOST`) if the map is
-/// full. An entry already there belongs to an earlier socket at this
-/// address whose end a skipped run missed: ended now (if it was
+/// Put the socket's entry in; false if the map is full (counted in `LOST`
+/// if `final_chance`). An entry already there belongs to an earlier socket
+/// at this address whose end a skipped run missed: ended now (if it was
 /// established), so it is not left open for ever.
 #[inline(always)]
-fn note(sk: u64, entry: &OpenConnection) -> bool {
+fn note(sk: u64, entry: &OpenConnection, final_chance: bool) -> bool {
     if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_ok() {
         return true;
     }
     connection_ended(sk);
     let _ = OPEN_CONNECTIONS.remove(&sk);
     if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_err() {
-        count_lost(lost::OPEN_CONNECTIONS_FULL);
+        if final_chance {
+            count_lost(lost::OPEN_CONNECTIONS_FULL);
+        }
         return false;
     }
     true

@@ -1,4 +1,5 @@
-//! Self-telemetry of the kernel maps: an LRU map that overflows says so.
+//! Self-telemetry of the kernel maps: an LRU map that overflows says so,
+//! and so does the map of connections followed.
 //! Alone in its test binary, so the host's TCP traffic during the test is
 //! this test's own (test binaries run one after another).
 mod common;
@@ -6,7 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::daemon::{scrape_until, start_daemon};
-use observer_testing::{Netns, http::sample};
+use observer_testing::{
+    Netns,
+    http::{sample, sample_sum},
+};
 
 fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     let label = format!("observer_map_name=\"{map}\"");
@@ -29,7 +33,7 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     let daemon = start_daemon(&["--max-sockets", &CAPACITY.to_string()]);
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
-    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
+    let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
     let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &HELD.to_string(), "--hold"]);
     assert_eq!(client.connected, HELD, "{client:?}");
     let owned = 2 * HELD + 1;
@@ -44,6 +48,25 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     let evicted = evicted.expect("evictions of SOCK_OWNERS exported");
     // Slack for the host's own sockets meanwhile (the scrapes themselves).
     assert!((least..=owned + 200).contains(&evicted), "evicted {evicted}, expected {least}..={owned}: {body}");
+
+    // The same bound sizes OPEN_CONNECTIONS: of the 4000 connection ends
+    // (2000 each side, the first 512 pairs filling it) 1024 are followed
+    // and the rest left out whole, counted as lost, the log naming the
+    // setting to raise. The client has closed since: every followed
+    // connection's end was counted, none is left open.
+    let connections = 2 * HELD;
+    let lost_label = "observer_map_name=\"OPEN_CONNECTIONS\"";
+    let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
+        sample(b, "observer_kernel_lost_updates_total", &[lost_label]).is_some_and(|n| n >= connections - CAPACITY)
+    });
+    let lost = sample(&body, "observer_kernel_lost_updates_total", &[lost_label]).unwrap();
+    assert_eq!(lost, connections - CAPACITY, "{body}");
+    let pids = [client.pid, server.pid()].map(|p| format!("process_pid=\"{p}\""));
+    let followed: u64 = pids.iter().map(|p| sample_sum(&body, "observer_tcp_connections_established_total", &[p])).sum();
+    assert_eq!(followed, CAPACITY, "{body}");
+    assert_eq!(lru_fill(&body, "OPEN_CONNECTIONS"), (Some(0), Some(CAPACITY), None), "{body}");
+    let log = daemon.log();
+    assert!(log.contains("OPEN_CONNECTIONS") && log.contains("raise --max-sockets"), "{log}");
 
     use observer_common::capacity;
     for (map, size) in [

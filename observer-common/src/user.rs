@@ -1,7 +1,7 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
-    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, OpenConnection, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
-    ListenerKey, ProcCounters, ProcKey, ThreadConnect,
+    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
+    KeysCreated, ListenOverflowKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, ThreadConnect,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and

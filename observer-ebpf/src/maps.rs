@@ -6,8 +6,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, Queue},
 };
 use observer_common::{
-    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, OpenConnection, InflightConnect, KernelOffsets, KeysCreated, ListenOverflowKey,
-    ListenerKey, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect, capacity, lost, lru,
+    Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
+    KeysCreated, ListenOverflowKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect,
+    capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -110,8 +111,7 @@ pub static CONNECTIONS_1: HashMap<ConnectionKey, ConnectionCounts> =
 /// would leave a connection counted open for ever; a full map instead
 /// leaves the new connection out, counted in `LOST`.
 #[map]
-pub static OPEN_CONNECTIONS: HashMap<u64, OpenConnection> =
-    HashMap::with_max_entries(capacity::OPEN_CONNECTIONS, 0);
+pub static OPEN_CONNECTIONS: HashMap<u64, OpenConnection> = HashMap::with_max_entries(capacity::OPEN_CONNECTIONS, 0);
 
 /// Listeners that closed, with their last drop count, for the sweep to
 /// settle (only where no overflow hook is attached, `Config`).

@@ -34,7 +34,12 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     // The closing transitions after the first (FIN_WAIT1 -> FIN_WAIT2 ->
     // ...) need nothing here; leave before reading the socket (this
     // program runs ~10 times per connection).
-    if !(old == SYN_SENT || new == SYN_SENT || new == LISTEN || new == CLOSE || new == ESTABLISHED || old == ESTABLISHED)
+    if !(old == SYN_SENT
+        || new == SYN_SENT
+        || new == LISTEN
+        || new == CLOSE
+        || new == ESTABLISHED
+        || old == ESTABLISHED)
     {
         return 0;
     }

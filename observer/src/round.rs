@@ -90,9 +90,7 @@ impl LossLog {
             | maps::CONNECT_ERRORS
             | maps::LISTEN_OVERFLOWS
             | maps::CLOSED_LISTENERS
-            | maps::CONNECTIONS => {
-                "it holds one interval's keys: shorten --interval"
-            }
+            | maps::CONNECTIONS => "it holds one interval's keys: shorten --interval",
             maps::OPEN_CONNECTIONS => {
                 "more connections were established at once than it follows: the newest are left out of \
                  observer_tcp_connection_usage and the connection counters; raise --max-sockets"

@@ -204,12 +204,12 @@ pub mod durations {
     pub type Lifetimes = [u64; LIFETIME_BUCKETS];
     pub type Handshakes = [u64; HANDSHAKE_BUCKETS];
 
-    /// Kernel bucket i (<= 2^i ms) goes to exported bucket (i + 1) / 2
+    /// Kernel bucket i (<= 2^i ms) goes to exported bucket ceil(i / 2)
     /// (<= 4^j ms = 2^2j ms); the kernel's last to the last (M = N / 2 + 1).
     pub fn from_kernel<const N: usize, const M: usize>(kernel: &[u64; N]) -> [u64; M] {
         let mut out = [0; M];
         for (i, n) in kernel.iter().enumerate() {
-            out[((i + 1) / 2).min(M - 1)] += n;
+            out[i.div_ceil(2).min(M - 1)] += n;
         }
         out
     }
@@ -488,16 +488,15 @@ impl SeriesStore {
             }
         }
         for (key, counts) in &deltas.connections {
-            let Some(series) = self.connection_series(key, |store, actor| Some(store.who(actor, &deltas.pods)))
-            else {
+            let Some(series) = self.connection_series(key, |store, actor| Some(store.who(actor, &deltas.pods))) else {
                 continue;
             };
             let capped = series.who == Who::Other || series.dest == Dest::Other;
             let fold = |s: &ConnectionSeries| ConnectionSeries { who: Who::Other, dest: Dest::Other, ..s.clone() };
-            if counts.established > 0 {
-                if add(&mut self.connections_established, series.clone(), fold, counts.established, max) || capped {
-                    *self.folded.entry(Counter::ConnectionsEstablished).or_default() += 1;
-                }
+            if counts.established > 0
+                && (add(&mut self.connections_established, series.clone(), fold, counts.established, max) || capped)
+            {
+                *self.folded.entry(Counter::ConnectionsEstablished).or_default() += 1;
             }
             let handshakes: durations::Handshakes = durations::from_kernel(&counts.handshakes);
             if handshakes.iter().any(|n| *n > 0) {

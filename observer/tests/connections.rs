@@ -140,8 +140,23 @@ fn handshakes_land_in_the_bucket_of_their_delay() {
     // rest (1, 4, ...): two of every three, the third passes.
     for every in [["3", "0"], ["2", "0"]] {
         observer_testing::netns::run(ns.command("iptables").args([
-            "-A", "INPUT", "-p", "tcp", "--syn", "--dport", &dport, "-m", "statistic", "--mode", "nth", "--every",
-            every[0], "--packet", every[1], "-j", "DROP",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--syn",
+            "--dport",
+            &dport,
+            "-m",
+            "statistic",
+            "--mode",
+            "nth",
+            "--every",
+            every[0],
+            "--packet",
+            every[1],
+            "-j",
+            "DROP",
         ]));
     }
     let resent_before = ns.nstat("TcpExtTCPSynRetrans");

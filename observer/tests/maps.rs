@@ -62,7 +62,8 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     let lost = sample(&body, "observer_kernel_lost_updates_total", &[lost_label]).unwrap();
     assert_eq!(lost, connections - CAPACITY, "{body}");
     let pids = [client.pid, server.pid()].map(|p| format!("process_pid=\"{p}\""));
-    let followed: u64 = pids.iter().map(|p| sample_sum(&body, "observer_tcp_connections_established_total", &[p])).sum();
+    let followed: u64 =
+        pids.iter().map(|p| sample_sum(&body, "observer_tcp_connections_established_total", &[p])).sum();
     assert_eq!(followed, CAPACITY, "{body}");
     assert_eq!(lru_fill(&body, "OPEN_CONNECTIONS"), (Some(0), Some(CAPACITY), None), "{body}");
     let log = daemon.log();

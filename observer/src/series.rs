@@ -410,8 +410,9 @@ impl SeriesStore {
         if self.reported.insert("KEYS_PER_PROCESS") {
             tracing::warn!(
                 "a process met more than {} destinations within one interval (a scanner?): its further connect() \
-                 errors of that interval count with server_address=\"other\", its totals per errno stay exact; \
-                 a shorter --interval keeps more destinations apart",
+                 errors and connections of that interval count without a destination, in the series marked \
+                 otel_metric_overflow=\"true\" (its totals stay exact); a shorter --interval keeps more \
+                 destinations apart",
                 buffers::KEYS_PER_PROCESS
             );
         }

@@ -302,12 +302,12 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             alert: 'ObserverHandshakeSlow',
             expr: |||
               (
-                histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_handshakes_total{%(observerSelector)s}[5m])))
-                  > %(handshakeSlowdownFactor)g * histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_handshakes_total{%(observerSelector)s}[1h] offset 1h)))
+                histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (label_replace(rate(observer_tcp_handshakes_total{%(observerSelector)s}[5m]), "le", "$1", "observer_le", "(.*)")))
+                  > %(handshakeSlowdownFactor)g * histogram_quantile(0.99, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (label_replace(rate(observer_tcp_handshakes_total{%(observerSelector)s}[1h] offset 1h), "le", "$1", "observer_le", "(.*)")))
               )
               and on (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port)
               (
-                sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (rate(observer_tcp_handshakes_total{%(observerSelector)s, le="+Inf"}[5m])) >= %(handshakeMinimumPerSecond)g
+                sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port) (rate(observer_tcp_handshakes_total{%(observerSelector)s, observer_le="+Inf"}[5m])) >= %(handshakeMinimumPerSecond)g
               )
             ||| % $._config,
             'for': '5m',
@@ -353,7 +353,7 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             alert: 'ObserverConnectionReuseMissing',
             expr: |||
               (
-                histogram_quantile(0.5, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (rate(observer_tcp_connections_closed_total{%(observerSelector)s, observer_connection_direction="outbound"}[5m])))
+                histogram_quantile(0.5, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (label_replace(rate(observer_tcp_connections_closed_total{%(observerSelector)s, observer_connection_direction="outbound"}[5m]), "le", "$1", "observer_le", "(.*)")))
                   < %(connectionShortLifetimeSeconds)g
               )
               and on (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port)

@@ -195,7 +195,7 @@ pub struct ConnectionSeries {
 pub mod durations {
     use observer_common::{handshake, lifetime};
 
-    /// The bounds in seconds, as the `le` attribute says them.
+    /// The bounds in seconds, as the `observer.le` attribute says them.
     const BOUNDS: [&str; 11] =
         ["0.001", "0.004", "0.016", "0.064", "0.256", "1.024", "4.096", "16.384", "65.536", "262.144", "1048.576"];
 
@@ -223,7 +223,7 @@ pub mod durations {
         out
     }
 
-    /// The `le` of exported bucket `j` of `buckets`.
+    /// The `observer.le` of exported bucket `j` of `buckets`.
     pub fn le(j: usize, buckets: usize) -> &'static str {
         if j + 1 == buckets { "+Inf" } else { BOUNDS[j] }
     }

@@ -186,11 +186,13 @@ const CONNECTION: &[Attribute] = &[
 ];
 
 const LIFETIME_BOUND: &[Attribute] = &[Attribute {
-    key: "le",
+    key: "observer.le",
     ty: Type::String,
     meaning: "A bound in seconds (`0.001`, `0.004`, ... powers of 4 ms, then `+Inf`): the series counts the \
-              connections that took at most that long (to live; to shake hands: up to `16.384`), as a \
-              Prometheus histogram's buckets do (`histogram_quantile` reads them; `le=\"+Inf\"` counts all)",
+              connections that took at most that long (to live; to shake hands: up to `16.384`), cumulative as a \
+              histogram's buckets (`observer_le=\"+Inf\"` counts all). Not `le`, which Prometheus keeps for \
+              histograms: `histogram_quantile` reads them after `label_replace(..., \"le\", \"$1\", \"observer_le\", \
+              \"(.*)\")`",
 }];
 
 const LISTENER_PORT: &[Attribute] = &[Attribute { key: "server.port", ty: Type::Int, meaning: "The listener's port" }];
@@ -291,7 +293,7 @@ pub const TCP_CONNECTIONS_CLOSED: Instrument = Instrument {
     kind: Kind::Counter,
     unit: "{connection}",
     description: "TCP connections that left ESTABLISHED (a FIN sent or received, a reset), by how long they had \
-                  been established (le), process, direction and far end; a missing keep-alive shows as many \
+                  been established (observer.le), process, direction and far end; a missing keep-alive shows as many \
                   short lifetimes. Only connections established while observer ran",
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };
@@ -300,7 +302,7 @@ pub const TCP_HANDSHAKES: Instrument = Instrument {
     name: "observer.tcp.handshakes",
     kind: Kind::Counter,
     unit: "{connection}",
-    description: "Outbound TCP handshakes that completed (SYN sent to ESTABLISHED), by how long they took (le: 1 \
+    description: "Outbound TCP handshakes that completed (SYN sent to ESTABLISHED), by how long they took (observer.le: 1 \
                   s more per lost SYN, a round trip otherwise), process and server; the SYNs observer saw",
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };

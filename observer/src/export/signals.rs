@@ -94,7 +94,7 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
             for (j, value) in durations::cumulative(by_lifetime).into_iter().enumerate() {
                 attrs.clear();
                 connection_attrs(s, &mut attrs);
-                attrs.push(KeyValue::new("le", durations::le(j, durations::LIFETIME_BUCKETS)));
+                attrs.push(KeyValue::new("observer.le", durations::le(j, durations::LIFETIME_BUCKETS)));
                 obs.observe(value, &attrs);
             }
         }
@@ -105,7 +105,7 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
             for (j, value) in durations::cumulative(by_time).into_iter().enumerate() {
                 attrs.clear();
                 connection_attrs(s, &mut attrs);
-                attrs.push(KeyValue::new("le", durations::le(j, durations::HANDSHAKE_BUCKETS)));
+                attrs.push(KeyValue::new("observer.le", durations::le(j, durations::HANDSHAKE_BUCKETS)));
                 obs.observe(value, &attrs);
             }
         }

@@ -73,6 +73,8 @@ pub struct Observer {
     connections: HashMap<ConnectionKey, ConnectionCounts>,
     /// The connections open as of the last round (not summed: a state).
     open_connections: Vec<(ConnectionKey, u64)>,
+    /// Kernel updates lost to full maps, by `lost` slot (cumulative).
+    lost: Vec<u64>,
 }
 
 /// The attach mode of the kernel tests: `auto`, or the one the kernel
@@ -102,6 +104,7 @@ impl Observer {
             drops: Vec::new(),
             connections: HashMap::new(),
             open_connections: Vec::new(),
+            lost: Vec::new(),
         }
     }
 
@@ -128,6 +131,12 @@ impl Observer {
             }
         }
         self.open_connections = d.open_connections;
+        self.lost = d.lost.to_vec();
+    }
+
+    /// Kernel updates lost to full maps so far, by `lost` slot.
+    pub fn lost(&self) -> Vec<u64> {
+        self.lost.clone()
     }
 
     /// The connection keys of `pid` in direction `dir` toward port `port`

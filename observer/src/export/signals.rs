@@ -89,26 +89,10 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
         }
     });
     u64_counter(meter, published, Counter::ConnectionsClosed.contract(), move |st, obs| {
-        let mut attrs = Vec::with_capacity(9);
-        for (s, by_lifetime) in &st.series.connections_closed {
-            for (j, value) in durations::cumulative(by_lifetime).into_iter().enumerate() {
-                attrs.clear();
-                connection_attrs(s, &mut attrs);
-                attrs.push(KeyValue::new("observer.le", durations::le(j, durations::LIFETIME_BUCKETS)));
-                obs.observe(value, &attrs);
-            }
-        }
+        observe_by_bound(&st.series.connections_closed, obs)
     });
     u64_counter(meter, published, Counter::Handshakes.contract(), move |st, obs| {
-        let mut attrs = Vec::with_capacity(9);
-        for (s, by_time) in &st.series.handshakes {
-            for (j, value) in durations::cumulative(by_time).into_iter().enumerate() {
-                attrs.clear();
-                connection_attrs(s, &mut attrs);
-                attrs.push(KeyValue::new("observer.le", durations::le(j, durations::HANDSHAKE_BUCKETS)));
-                obs.observe(value, &attrs);
-            }
-        }
+        observe_by_bound(&st.series.handshakes, obs)
     });
     u64_gauge(meter, published, &contract::TCP_CONNECTION_LIMIT, move |st, obs| {
         for limit in st.node.connection_limits.iter() {
@@ -134,4 +118,21 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
             obs.observe(*value, &attrs);
         }
     });
+}
+
+/// Counts by duration bucket (`durations`), observed cumulatively: one
+/// series per bound, `observer.le`, as a histogram's buckets.
+fn observe_by_bound<const M: usize>(
+    series: &std::collections::BTreeMap<ConnectionSeries, [u64; M]>,
+    obs: &dyn opentelemetry::metrics::AsyncInstrument<u64>,
+) {
+    let mut attrs = Vec::with_capacity(9);
+    for (s, counts) in series {
+        for (j, value) in durations::cumulative(counts).into_iter().enumerate() {
+            attrs.clear();
+            connection_attrs(s, &mut attrs);
+            attrs.push(KeyValue::new("observer.le", durations::le(j, M)));
+            obs.observe(value, &attrs);
+        }
+    }
 }

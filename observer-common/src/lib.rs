@@ -209,6 +209,11 @@ pub struct ConnectionCounts {
     /// Outbound connections that reached ESTABLISHED, by how long their
     /// handshake took (`handshake`); those whose SYN observer saw.
     pub handshakes: [u64; handshake::BUCKETS],
+    /// Handshake packets sent again, counted when the handshake ended
+    /// (established, or failed): SYNs of outbound connections, SYN-ACKs of
+    /// a listener's (`tcp_sock.total_retrans` then, which the kernel
+    /// raises with TcpExtTCPSynRetrans).
+    pub handshake_retransmits: u64,
 }
 
 /// A connection being followed (key: `struct sock *`): the key its counts
@@ -367,7 +372,7 @@ const _: () = {
     assert!(size_of::<Config>() == 16);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
-    assert!(size_of::<ConnectionCounts>() == 312);
+    assert!(size_of::<ConnectionCounts>() == 320);
     assert!(size_of::<OpenConnection>() == 80);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -45,6 +45,9 @@ pub struct KernelOffsets {
     pub skc_v6_daddr: u32,
     /// `tcp_sock.write_seq` (u32): 0 until a connect() got a local port
     pub tcp_write_seq: u32,
+    /// `tcp_sock.total_retrans` (u32): segments sent again; at the end of
+    /// a handshake, its SYNs (or, for a listener's child, SYN-ACKs)
+    pub tcp_total_retrans: u32,
     /// `sock.__sk_common.skc_net` (possible_net_t, a struct net *)
     pub skc_net: u32,
     /// `net.ns.inum`: the namespace inode number, as in /proc/PID/ns/net
@@ -79,4 +82,4 @@ pub struct KernelOffsets {
     pub net_tcp_syncookies: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 120);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 124);

@@ -11,8 +11,11 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, direction, lost, tcp_state::*};
 
 use crate::{
-    counters::{Counted, bump_connection_closed, bump_connection_established, count_lost},
-    kernel::{current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner},
+    counters::{Counted, HandshakeEnd, bump_connection_closed, bump_handshake_end, count_lost},
+    kernel::{
+        current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner,
+        tcp_total_retrans,
+    },
     maps::{LISTENERS, OPEN_CONNECTIONS},
 };
 
@@ -40,10 +43,18 @@ pub fn connection_syn_sent(sk: u64) {
     note(sk, &entry, false);
 }
 
-/// The handshake failed (SYN_SENT -> CLOSE): forget the socket.
+/// The handshake failed (SYN_SENT -> CLOSE: refused, timed out, or given
+/// up by its process): count the SYNs it sent again under the key noted at
+/// its SYN, and forget the socket.
 #[inline(always)]
 pub fn connection_failed(sk: u64) {
+    let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
     let _ = OPEN_CONNECTIONS.remove(&sk);
+    let retransmits = tcp_total_retrans(sk);
+    if entry.handshaking == 1 && retransmits > 0 {
+        let mut key = entry.key;
+        bump_handshake_end(&mut key, HandshakeEnd::Failed { retransmits });
+    }
 }
 
 /// The socket entered ESTABLISHED from `old`: SYN_SENT, a connect() of
@@ -64,7 +75,8 @@ pub fn connection_established(sk: u64, old: i32) {
                 let handshake = now.saturating_sub((*entry).since);
                 (*entry).handshaking = 0;
                 (*entry).since = now;
-                if let Counted::No = bump_connection_established(&mut (*entry).key, Some(handshake)) {
+                let end = HandshakeEnd::Established { took_ns: Some(handshake), retransmits: tcp_total_retrans(sk) };
+                if let Counted::No = bump_handshake_end(&mut (*entry).key, end) {
                     let _ = OPEN_CONNECTIONS.remove(&sk);
                 }
                 return;
@@ -88,7 +100,9 @@ pub fn connection_established(sk: u64, old: i32) {
     if !note(sk, &entry, true) {
         return;
     }
-    match bump_connection_established(&mut entry.key, None) {
+    // The SYNs (SYN_SENT) or SYN-ACKs (a child: its request's) sent again.
+    let end = HandshakeEnd::Established { took_ns: None, retransmits: tcp_total_retrans(sk) };
+    match bump_handshake_end(&mut entry.key, end) {
         Counted::AsIs => {}
         // Its end must go where its start went.
         Counted::Folded => {

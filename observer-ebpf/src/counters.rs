@@ -149,8 +149,12 @@ fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut 
 
 /// The zero value new connection keys start from: a global rather than
 /// the stack, which a 184-byte value would crowd.
-static ZERO_CONNECTION_COUNTS: ConnectionCounts =
-    ConnectionCounts { established: 0, closed: [0; lifetime::BUCKETS], handshakes: [0; handshake::BUCKETS] };
+static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts {
+    established: 0,
+    closed: [0; lifetime::BUCKETS],
+    handshakes: [0; handshake::BUCKETS],
+    handshake_retransmits: 0,
+};
 
 /// The log2 bucket of a duration (`lifetime`): the first of `buckets` - 1
 /// bounds it does not exceed, else the last.
@@ -175,11 +179,19 @@ pub enum Counted {
     No,
 }
 
-/// Count one connection reaching ESTABLISHED under `key`, folded first
-/// (in place) if its process is past its share of keys, with how long its
-/// handshake took when its SYN was seen.
+/// The end of a connection's handshake, as counted under its key.
+pub enum HandshakeEnd {
+    /// It reached ESTABLISHED: how long the handshake took when its SYN
+    /// was seen, and the SYNs or SYN-ACKs sent again.
+    Established { took_ns: Option<u64>, retransmits: u64 },
+    /// It failed (SYN_SENT -> CLOSE) after this many SYNs sent again.
+    Failed { retransmits: u64 },
+}
+
+/// Count the end of a connection's handshake under `key`, folded first (in
+/// place) if its process is past its share of keys.
 #[inline(always)]
-pub fn bump_connection_established(key: &mut ConnectionKey, handshake_ns: Option<u64>) -> Counted {
+pub fn bump_handshake_end(key: &mut ConnectionKey, end: HandshakeEnd) -> Counted {
     let (map, keys) = if buffer() == 0 { (&CONNECTIONS_0, &KEYS_CREATED_0) } else { (&CONNECTIONS_1, &KEYS_CREATED_1) };
     let mut counted = Counted::AsIs;
     let value = match map.get_ptr_mut(&*key) {
@@ -197,14 +209,24 @@ pub fn bump_connection_established(key: &mut ConnectionKey, handshake_ns: Option
         count_lost(lost::CONNECTIONS_FULL);
         return Counted::No;
     };
-    // SAFETY: `value` points into the map's value, shared by all CPUs: the
-    // add is atomic.
-    add(unsafe { &raw mut (*value).established }, 1);
-    if let Some(ns) = handshake_ns {
-        // SAFETY: as above; the bucket is < handshake::BUCKETS.
-        if let Some(slot) = unsafe { (*value).handshakes.get_mut(log2_bucket(ns, handshake::BUCKETS)) } {
-            add(slot, 1);
+    let retransmits = match end {
+        HandshakeEnd::Established { took_ns, retransmits } => {
+            // SAFETY: `value` points into the map's value, shared by all
+            // CPUs: the adds are atomic.
+            add(unsafe { &raw mut (*value).established }, 1);
+            if let Some(ns) = took_ns {
+                // SAFETY: as above; the bucket is < handshake::BUCKETS.
+                if let Some(slot) = unsafe { (*value).handshakes.get_mut(log2_bucket(ns, handshake::BUCKETS)) } {
+                    add(slot, 1);
+                }
+            }
+            retransmits
         }
+        HandshakeEnd::Failed { retransmits } => retransmits,
+    };
+    if retransmits > 0 {
+        // SAFETY: as above.
+        add(unsafe { &raw mut (*value).handshake_retransmits }, retransmits);
     }
     counted
 }

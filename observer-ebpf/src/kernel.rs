@@ -138,6 +138,13 @@ pub fn tcp_attempted_connect(sk: u64) -> bool {
     unsafe { read_at::<u32>(sk, offsets().tcp_write_seq) }.unwrap_or(0) != 0
 }
 
+/// Segments this TCP socket sent again. At the end of a handshake these
+/// are its SYNs; a listener's child starts with its request's SYN-ACKs.
+#[inline(always)]
+pub fn tcp_total_retrans(sk: u64) -> u64 {
+    unsafe { read_at::<u32>(sk, offsets().tcp_total_retrans) }.map_or(0, u64::from)
+}
+
 #[inline(always)]
 pub fn sock_err(sk: u64) -> i32 {
     unsafe { read_at::<i32>(sk, offsets().sock_err) }.unwrap_or(0)

@@ -31,6 +31,7 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     skc_daddr: 0,
     skc_v6_daddr: 0,
     tcp_write_seq: 0,
+    tcp_total_retrans: 0,
     skc_net: 0,
     net_ns_inum: 0,
     sock_cgroup: 0,

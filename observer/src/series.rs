@@ -61,10 +61,11 @@ pub enum Counter {
     ConnectionsEstablished,
     ConnectionsClosed,
     Handshakes,
+    HandshakeRetransmits,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 8] = [
+    pub const ALL: [Counter; 9] = [
         Counter::Connects,
         Counter::Accepts,
         Counter::TimeWaitEntries,
@@ -73,6 +74,7 @@ impl Counter {
         Counter::ConnectionsEstablished,
         Counter::ConnectionsClosed,
         Counter::Handshakes,
+        Counter::HandshakeRetransmits,
     ];
 
     /// The instrument it is exported as.
@@ -86,6 +88,7 @@ impl Counter {
             Counter::ConnectionsEstablished => &contract::TCP_CONNECTIONS_ESTABLISHED,
             Counter::ConnectionsClosed => &contract::TCP_CONNECTIONS_CLOSED,
             Counter::Handshakes => &contract::TCP_HANDSHAKES,
+            Counter::HandshakeRetransmits => &contract::TCP_HANDSHAKE_RETRANSMITS,
         }
     }
 
@@ -260,6 +263,9 @@ pub struct SeriesStore {
     pub connections_closed: BTreeMap<ConnectionSeries, durations::Lifetimes>,
     /// Outbound handshakes by how long they took (`durations`).
     pub handshakes: BTreeMap<ConnectionSeries, durations::Handshakes>,
+    /// SYNs (outbound) and SYN-ACKs (inbound) sent again, counted when
+    /// each handshake ended.
+    pub handshake_retransmits: BTreeMap<ConnectionSeries, u64>,
     /// Updates charged to an `other` series (a cap reached), per counter.
     pub folded: BTreeMap<Counter, u64>,
     /// The caps already reported in the log (once each).
@@ -430,6 +436,7 @@ impl SeriesStore {
             // Each is a series per lifetime bound.
             Counter::ConnectionsClosed => self.connections_closed.len() * durations::LIFETIME_BUCKETS,
             Counter::Handshakes => self.handshakes.len() * durations::HANDSHAKE_BUCKETS,
+            Counter::HandshakeRetransmits => self.handshake_retransmits.len(),
         }
     }
 
@@ -498,6 +505,12 @@ impl SeriesStore {
                 && (add(&mut self.connections_established, series.clone(), fold, counts.established, max) || capped)
             {
                 *self.folded.entry(Counter::ConnectionsEstablished).or_default() += 1;
+            }
+            if counts.handshake_retransmits > 0
+                && (add(&mut self.handshake_retransmits, series.clone(), fold, counts.handshake_retransmits, max)
+                    || capped)
+            {
+                *self.folded.entry(Counter::HandshakeRetransmits).or_default() += 1;
             }
             let handshakes: durations::Handshakes = durations::from_kernel(&counts.handshakes);
             if handshakes.iter().any(|n| *n > 0) {
@@ -579,6 +592,7 @@ impl SeriesStore {
         self.connections_established.retain(|s, _| keep(&s.who));
         self.connections_closed.retain(|s, _| keep(&s.who));
         self.handshakes.retain(|s, _| keep(&s.who));
+        self.handshake_retransmits.retain(|s, _| keep(&s.who));
         let used: BTreeSet<Dest> = self
             .connect_errors
             .keys()
@@ -586,6 +600,7 @@ impl SeriesStore {
             .chain(self.connections_established.keys().map(|s| &s.dest))
             .chain(self.connections_closed.keys().map(|s| &s.dest))
             .chain(self.handshakes.keys().map(|s| &s.dest))
+            .chain(self.handshake_retransmits.keys().map(|s| &s.dest))
             .cloned()
             .collect();
         self.destinations.retain(|d| used.contains(d));

@@ -195,4 +195,88 @@ fn handshakes_land_in_the_bucket_of_their_delay() {
     assert_eq!(times(&obs, delayed.pid, slow), [0, 0, 0, 0, 0, 0, 2, 2, 2], "3 s each: in (1.024, 4.096]");
     let quick_times = times(&obs, quick.pid, fast);
     assert_eq!((quick_times[4], quick_times[8]), (5, 5), "a round trip on loopback: under 0.256 s, {quick_times:?}");
+    let retransmits = |pid, port| obs.connection_counts(pid, OUTBOUND, port).handshake_retransmits;
+    assert_eq!((retransmits(delayed.pid, slow), retransmits(quick.pid, fast)), (resent, 0), "SYNs sent again");
+}
+
+/// The handshake packets sent again, on both sides, are the kernel's
+/// TcpExtTCPSynRetrans: a listener whose clients' last ACKs are lost (the
+/// firewall drops every other pure ACK toward it) resends SYN-ACKs, which
+/// count under the listener, as many as `ss -ti` shows its connections
+/// resent; a connect whose SYNs are all dropped times out (ETIMEDOUT,
+/// tcp_syn_retries 1) and the SYNs it resent (the rest of the kernel's
+/// count) go under its process and server when it fails.
+#[test]
+fn handshake_retransmits_are_the_kernels_on_both_sides() {
+    const ETIMEDOUT: u32 = 110;
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_syn_retries", "1");
+    let (lossy, dropped) = (7310u16, 7311u16);
+    let server = ns.serve(&["--listen", &format!("127.0.0.1:{lossy}"), "--hold"]);
+    let iptables = |rule: &[&str]| observer_testing::netns::run(ns.command("iptables").args(rule));
+    let lossy_port = lossy.to_string();
+    iptables(&[
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "--dport",
+        &lossy_port,
+        "--tcp-flags",
+        "ALL",
+        "ACK",
+        "-m",
+        "statistic",
+        "--mode",
+        "nth",
+        "--every",
+        "2",
+        "--packet",
+        "0",
+        "-j",
+        "DROP",
+    ]);
+    iptables(&["-A", "INPUT", "-p", "tcp", "--syn", "--dport", &dropped.to_string(), "-j", "DROP"]);
+    let resent_before = ns.nstat("TcpExtTCPSynRetrans");
+
+    let clients = ns.client_holding(&["--to", &format!("127.0.0.1:{lossy}"), "--count", "4"]);
+    assert_eq!(clients.report.connected, 4, "{:?}", clients.report);
+    let timed_out = ns.client(&["--to", &format!("127.0.0.1:{dropped}"), "--count", "2"]);
+    assert_eq!(timed_out.errors.get("ETIMEDOUT"), Some(&2), "{timed_out:?}");
+    // The server has a connection once a last ACK got through.
+    let sport = format!("sport = :{lossy}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ns.established(&sport, Some(server.pid())) < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(ns.established(&sport, Some(server.pid())), 4, "ss: the server holds the four");
+    let resent = ns.nstat("TcpExtTCPSynRetrans") - resent_before;
+    // ss -ti: each of the server's connections with what it resent
+    // ("retrans:now/total"), the SYN-ACKs of its handshake.
+    let ss = observer_testing::netns::run(ns.command("ss").args(["-Htin", "state", "established", &sport]));
+    let resent_by_server: u64 = ss
+        .split_whitespace()
+        .filter_map(|f| f.strip_prefix("retrans:"))
+        .map(|r| r.split('/').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(resent_by_server > 0, "the first last ACK was dropped: SYN-ACKs were resent; ss: {ss}");
+    // The rest are the SYNs the timed-out connects resent (how many the
+    // kernel sends before giving up varies with timer rounding).
+    let resent_by_timed_out = resent - resent_by_server;
+    assert!(resent_by_timed_out >= 2, "at least one SYN each: kernel {resent}, server {resent_by_server}");
+
+    let to_dropped: std::net::SocketAddr = format!("127.0.0.1:{dropped}").parse().unwrap();
+    let inbound = |o: &Observer| o.connection_counts(server.pid(), INBOUND, lossy).handshake_retransmits;
+    let outbound = |o: &Observer| o.connection_counts(timed_out.pid, OUTBOUND, dropped).handshake_retransmits;
+    collect_until(&mut obs, |o| {
+        inbound(o) >= resent_by_server
+            && outbound(o) >= 2
+            && o.connect_errors(timed_out.pid, to_dropped, ETIMEDOUT) >= 2
+    });
+    assert_eq!(inbound(&obs), resent_by_server, "SYN-ACKs resent, under the listener");
+    assert_eq!(outbound(&obs), resent_by_timed_out, "SYNs resent by the connects that timed out, under their server");
+    assert_eq!(obs.connection_counts(clients.pid(), OUTBOUND, lossy).handshake_retransmits, 0, "no SYN was lost");
+    assert_eq!(obs.connection_counts(timed_out.pid, OUTBOUND, dropped).established, 0);
+    assert_eq!(obs.connect_errors(timed_out.pid, to_dropped, ETIMEDOUT), 2, "the timeouts, as the client saw them");
 }

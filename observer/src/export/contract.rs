@@ -307,6 +307,17 @@ pub const TCP_HANDSHAKES: Instrument = Instrument {
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };
 
+pub const TCP_HANDSHAKE_RETRANSMITS: Instrument = Instrument {
+    name: "observer.tcp.handshake.retransmits",
+    kind: Kind::Counter,
+    unit: "{packet}",
+    description: "TCP handshake packets sent again: outbound, the SYNs a process resent to a server (each lost one \
+                  costs the connect 1 s, then 2 s, 4 s); inbound, the SYN-ACKs a listener resent (a lost last ACK, a \
+                  full accept queue). Counted when each handshake ends (established, or failed); together the \
+                  kernel's TcpExtTCPSynRetrans, less the SYN-ACKs of handshakes that never completed",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
+};
+
 pub const TCP_CONNECTION_USAGE: Instrument = Instrument {
     name: "observer.tcp.connection.usage",
     kind: Kind::Gauge,
@@ -668,6 +679,7 @@ pub const ALL: &[&Instrument] = &[
     &TCP_CONNECTIONS_ESTABLISHED,
     &TCP_CONNECTIONS_CLOSED,
     &TCP_HANDSHAKES,
+    &TCP_HANDSHAKE_RETRANSMITS,
     &TCP_CONNECTION_USAGE,
     &TCP_CONNECTION_LIMIT,
     &OPEN_FILE_DESCRIPTORS,

@@ -76,17 +76,15 @@ fn connection_attrs(s: &ConnectionSeries, out: &mut Vec<KeyValue>) {
     }
 }
 
-/// Connections: established (and their handshakes' times) and closed (by
-/// lifetime) per process,
-/// direction and far end, those open now, and the limits declared.
+/// Connections: established (and their handshakes' times and packets sent
+/// again) and closed (by lifetime) per process, direction and far end,
+/// those open now, and the limits declared.
 pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, Counter::ConnectionsEstablished.contract(), move |st, obs| {
-        let mut attrs = Vec::with_capacity(8);
-        for (s, value) in &st.series.connections_established {
-            attrs.clear();
-            connection_attrs(s, &mut attrs);
-            obs.observe(*value, &attrs);
-        }
+        observe_connections(&st.series.connections_established, obs)
+    });
+    u64_counter(meter, published, Counter::HandshakeRetransmits.contract(), move |st, obs| {
+        observe_connections(&st.series.handshake_retransmits, obs)
     });
     u64_counter(meter, published, Counter::ConnectionsClosed.contract(), move |st, obs| {
         observe_by_bound(&st.series.connections_closed, obs)
@@ -111,13 +109,21 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
         }
     });
     u64_gauge(meter, published, &contract::TCP_CONNECTION_USAGE, move |st, obs| {
-        let mut attrs = Vec::with_capacity(8);
-        for (s, value) in &st.node.open_connections {
-            attrs.clear();
-            connection_attrs(s, &mut attrs);
-            obs.observe(*value, &attrs);
-        }
+        observe_connections(&st.node.open_connections, obs)
     });
+}
+
+/// One value per connection series.
+fn observe_connections(
+    series: &std::collections::BTreeMap<ConnectionSeries, u64>,
+    obs: &dyn opentelemetry::metrics::AsyncInstrument<u64>,
+) {
+    let mut attrs = Vec::with_capacity(8);
+    for (s, value) in series {
+        attrs.clear();
+        connection_attrs(s, &mut attrs);
+        obs.observe(*value, &attrs);
+    }
 }
 
 /// Counts by duration bucket (`durations`), observed cumulatively: one

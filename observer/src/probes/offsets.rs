@@ -40,6 +40,7 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
         skc_daddr: r.offset("sock", "__sk_common.skc_daddr")?,
         skc_v6_daddr: r.offset("sock", "__sk_common.skc_v6_daddr")?,
         tcp_write_seq: r.offset("tcp_sock", "write_seq")?,
+        tcp_total_retrans: r.offset("tcp_sock", "total_retrans")?,
         skc_net: r.offset("sock", "__sk_common.skc_net")?,
         net_ns_inum: r.offset("net", "ns.inum")?,
         // Optional: the socket's cgroup attributes TIME_WAIT entries of
@@ -209,6 +210,8 @@ mod tests {
         assert!(off.skc_v6_daddr > off.skc_family, "{off:?}");
         assert!(off.sock_protocol > off.skc_v6_daddr, "{off:?}");
         assert_ne!(off.task_comm, off.task_group_leader);
+        // tcp_sock begins with inet_connection_sock, which begins with sock.
+        assert!(off.tcp_total_retrans > off.sock_protocol, "{off:?}");
         // skc_daddr is the very first field of sock_common (a union member).
         assert_eq!(off.skc_daddr, 0);
         // The socket's cgroup: deep inside sock, after sock_common.

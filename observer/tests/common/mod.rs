@@ -129,6 +129,7 @@ impl Observer {
             for (t, n) in total.handshakes.iter_mut().zip(counts.handshakes) {
                 *t += n;
             }
+            total.handshake_retransmits += counts.handshake_retransmits;
         }
         self.open_connections = d.open_connections;
         self.lost = d.lost.to_vec();
@@ -167,6 +168,7 @@ impl Observer {
             for (t, n) in total.handshakes.iter_mut().zip(c.handshakes) {
                 *t += n;
             }
+            total.handshake_retransmits += c.handshake_retransmits;
         }
         total
     }

@@ -101,6 +101,47 @@ fn time_wait_sockets_equal_ss_and_near_their_ceiling_warn() {
     assert_eq!(code, 1, "the worst is a warning: {report:#}");
 }
 
+/// The second incident's client, a new connection per request: 3,200
+/// connections opened and closed first by the client toward one server,
+/// 6 held toward another. The first is "no connection reuse" (its
+/// TIME_WAIT sockets, the connections closed here within the minute, as
+/// `ss` lists them, past 50 a second), the second is not.
+#[test]
+fn a_client_without_connection_reuse_is_named_with_its_destination() {
+    let ns = Netns::new();
+    // Loopback's default (2) lets a connect take over a TIME_WAIT port
+    // toward the same server, which would end some of them early.
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    let _churned = ns.serve(&["--listen", "127.0.0.1:7400", "--close-first", "client"]);
+    let _pooled = ns.serve(&["--listen", "127.0.0.1:7401", "--hold"]);
+    let churn = ns.client(&["--to", "127.0.0.1:7400", "--count", "3200", "--close-first", "client"]);
+    assert_eq!(churn.connected, 3200, "{churn:?}");
+    let pool = ns.client_holding(&["--to", "127.0.0.1:7401", "--count", "6"]);
+    assert_eq!(pool.report.connected, 6);
+    let time_wait_toward = |dst: &str| {
+        let out = ns.command("ss").args(["-Htan", "state", "time-wait", "dst", dst]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count() as u64
+    };
+
+    let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
+    let churned = find(&report, "connection-reuse", "-> 127.0.0.1:7400");
+    assert_eq!(churned["used"], time_wait_toward("127.0.0.1:7400"), "TIME_WAIT toward it, as ss lists: {churned}");
+    assert_eq!((&churned["limit"], &churned["verdict"]), (&3000.into(), &"warning".into()), "{churned}");
+    let subject = churned["subject"].as_str().unwrap();
+    assert!(subject.contains("/s closed here") && subject.ends_with(", 0 open"), "{subject}");
+    assert!(churned["next_step"].as_str().unwrap().contains("keep-alive"), "{churned}");
+    assert!(
+        !findings(&report, "connection-reuse").iter().any(|f| f["subject"].as_str().unwrap().contains(":7401")),
+        "connections held are reused: {report:#}"
+    );
+    assert_eq!(code, 1, "a warning: {report:#}");
+
+    let out = Command::new(OBSERVER).args(["doctor", "--netns", &format!("/run/netns/{}", ns.name)]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table.lines().find(|l| l.contains("connection-reuse")).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.starts_with("WARNING") && line.contains("no connection reuse toward it"), "{table}");
+}
+
 #[test]
 fn an_unaccepted_backlog_shows_what_ss_shows() {
     let ns = Netns::new();

@@ -48,7 +48,22 @@ pub enum Check {
     AcceptQueue,
     OpenFiles,
     Conntrack,
+    ConnectionReuse,
 }
+
+/// New connections per second toward one destination, each closed first by
+/// this side within the minute, at which doctor says "no connection reuse":
+/// the rate of the mixin's ObserverConnectionReuseMissing
+/// (`connectionChurnWarningPerSecond`).
+pub const REUSE_WARNING_PER_SECOND: u64 = 50;
+
+/// How long a connection closed first stays in TIME_WAIT (TCP_TIMEWAIT_LEN,
+/// fixed in the kernel): TIME_WAIT sockets toward a destination are the
+/// connections this side closed in the last minute.
+pub const TIME_WAIT_SECONDS: u64 = 60;
+
+/// TIME_WAIT sockets toward one destination at which doctor warns.
+pub const REUSE_WARNING_TIME_WAIT: u64 = REUSE_WARNING_PER_SECOND * TIME_WAIT_SECONDS;
 
 impl Check {
     pub fn as_str(self) -> &'static str {
@@ -58,6 +73,7 @@ impl Check {
             Check::AcceptQueue => "accept-queue",
             Check::OpenFiles => "open-files",
             Check::Conntrack => "conntrack",
+            Check::ConnectionReuse => "connection-reuse",
         }
     }
 
@@ -67,6 +83,9 @@ impl Check {
             Check::EphemeralPorts | Check::TimeWait | Check::OpenFiles | Check::Conntrack => (0.7, 0.9),
             // A full queue drops connections; half full means it is not drained.
             Check::AcceptQueue => (0.5, 0.9),
+            // A pattern, not a ceiling: the ephemeral ports' check says
+            // when it becomes critical.
+            Check::ConnectionReuse => (1.0, f64::INFINITY),
         }
     }
 
@@ -91,6 +110,10 @@ impl Check {
             Check::Conntrack => {
                 "find who opens so many connections and reuse them; raise net.netfilter.nf_conntrack_max on \
                  the host (~300 bytes of kernel memory per entry) or shorten nf_conntrack_tcp_timeout_time_wait"
+            }
+            Check::ConnectionReuse => {
+                "no connection reuse toward it: this side opens and closes a connection per request; keep \
+                 them alive (a connection pool big enough, HTTP keep-alive or HTTP/2) and bound retries"
             }
         }
     }

@@ -2,8 +2,10 @@
 //! network namespace, from one reading of the node (`node`): ephemeral
 //! ports per destination against the port range, TIME_WAIT sockets against
 //! tcp_max_tw_buckets, each listener's accept queue against its backlog,
-//! each process's open files against RLIMIT_NOFILE; and the settings that
-//! bound them, each with a verdict and the next step.
+//! each process's open files against RLIMIT_NOFILE, connections closed
+//! per destination (TIME_WAIT) against a churn that means no connection
+//! reuse; and the settings that bound them, each with a verdict and the
+//! next step.
 pub mod checks;
 
 use std::{
@@ -75,10 +77,12 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         })
         .collect();
     // A namespace whose sockets could not give any destination the
-    // warning's share of its ports is not dumped (a dump walks every socket
-    // of the node): its one finding says how many sockets hold ports.
+    // warning's share of its ports, nor the TIME_WAIT sockets of a missing
+    // connection reuse, is not dumped (a dump walks every socket of the
+    // node): its one finding says how many sockets hold ports.
     let (warning, _) = Check::EphemeralPorts.thresholds();
-    let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> = sweep::once(namespaces, warning);
+    let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
+        sweep::once(namespaces, warning, checks::REUSE_WARNING_TIME_WAIT);
     let mut attributor = Attributor::new(proc_root, None, pod_logs);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
     let owners = owners::owners_of_sockets(proc_root, &inodes);
@@ -92,6 +96,17 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
                 for d in &counts.destinations {
                     let subject = format!("{} -> {}", d.source, d.destination);
                     report.findings.push(Finding::new(Check::EphemeralPorts, netns, subject, d.used.into(), limit));
+                    if d.time_wait > 0 {
+                        let subject = format!(
+                            "{} -> {}: ~{}/s closed here in the last minute, {} open",
+                            d.source,
+                            d.destination,
+                            u64::from(d.time_wait) / checks::TIME_WAIT_SECONDS,
+                            d.established
+                        );
+                        let (used, limit) = (d.time_wait.into(), checks::REUSE_WARNING_TIME_WAIT);
+                        report.findings.push(Finding::new(Check::ConnectionReuse, netns, subject, used, limit));
+                    }
                 }
                 let subject = "TIME-WAIT sockets".to_string();
                 report.findings.push(Finding::new(Check::TimeWait, netns, subject, counts.time_wait, tw_limit));

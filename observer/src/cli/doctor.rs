@@ -10,8 +10,10 @@ use crate::{
 };
 
 /// Check this node's connection ceilings now: ephemeral ports per
-/// destination, TIME_WAIT sockets, accept queues, open files; worst first,
-/// each with its verdict and the next step.
+/// destination, TIME_WAIT sockets, accept queues, open files, conntrack
+/// tables, and connections closed as fast as they open (no connection
+/// reuse toward a destination); worst first, each with its verdict and the
+/// next step.
 ///
 /// Exit code: 0 all ok, 1 a warning, 2 a critical finding, 3 the checks
 /// could not run. Needs root (it enters every network namespace and reads

@@ -387,13 +387,14 @@ fn open_in_each(namespaces: BTreeMap<u32, PathBuf>) -> (Vec<(u32, NetnsFiles)>, 
 
 /// One reading of `namespaces` for `observer doctor`: every namespace's
 /// cheap parts, and a dump of those where some destination could reach
-/// `share` of its ports or TIME_WAIT `share` of its ceiling (the others
-/// cannot have a finding at that share; their `counts` are None).
-pub fn once(namespaces: BTreeMap<u32, PathBuf>, share: f64) -> Vec<(u32, Vec<Listener>, NetnsUsage)> {
+/// `share` of its ports or TIME_WAIT `share` of its ceiling, or that holds
+/// `time_wait` TIME_WAIT sockets, which one destination could have (the
+/// others cannot have a finding at that share; their `counts` are None).
+pub fn once(namespaces: BTreeMap<u32, PathBuf>, share: f64, time_wait: u64) -> Vec<(u32, Vec<Listener>, NetnsUsage)> {
     netns::in_each_namespace(namespaces, move |inode| {
         let mut files = NetnsFiles::open(false).ok()?;
         let glance = files.glance(inode).ok()?;
-        let dumped = glance.could_reach(share);
+        let dumped = glance.could_reach(share) || glance.screen.minisockets >= time_wait;
         let counts = if dumped { Some(files.dump(&glance).ok()?) } else { None };
         let (listeners, usage) = glance.usage(counts);
         Some((inode, listeners, usage))

@@ -37,6 +37,12 @@ pub struct Destination {
     /// Local ports from the ephemeral range in use toward it, by sockets in
     /// any state that holds one (ESTABLISHED, SYN_SENT, TIME_WAIT, closing).
     pub used: u32,
+    /// Of those, the connections open now (ESTABLISHED)...
+    pub established: u32,
+    /// ... and the ones this side closed first within the last minute
+    /// (TIME_WAIT lasts 60 s): together, how much this side reuses its
+    /// connections toward the destination.
+    pub time_wait: u32,
     /// Seconds until none is left at the recent rate (see trend.rs); None
     /// when use is not growing or not tracked over time (doctor).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,6 +66,7 @@ pub fn count(diag: &mut DiagSocket, settings: &NetSettings, listeners: &[Listene
     Ok(tally.finish())
 }
 
+const ESTABLISHED: u8 = 1;
 const TIME_WAIT: u8 = 6;
 
 /// Ports held per (source address, destination) and TIME_WAIT sockets,
@@ -70,8 +77,16 @@ struct Tally {
     /// server's accepted sockets have its listening port as their local
     /// port, even when the listener sits in the range).
     excluded: FastSet<u16>,
-    per_destination: FastMap<(IpAddr, SocketAddr), u32>,
+    per_destination: FastMap<(IpAddr, SocketAddr), Held>,
     time_wait: u64,
+}
+
+/// The sockets holding ports toward one destination.
+#[derive(Default)]
+struct Held {
+    all: u32,
+    established: u32,
+    time_wait: u32,
 }
 
 impl Tally {
@@ -88,7 +103,13 @@ impl Tally {
         }
         let port = s.local.port();
         if (self.range.0..=self.range.1).contains(&port) && !self.excluded.contains(&port) {
-            *self.per_destination.entry((s.local.ip(), s.remote)).or_default() += 1;
+            let held = self.per_destination.entry((s.local.ip(), s.remote)).or_default();
+            held.all += 1;
+            match s.state {
+                ESTABLISHED => held.established += 1,
+                TIME_WAIT => held.time_wait += 1,
+                _ => {}
+            }
         }
     }
 
@@ -96,7 +117,14 @@ impl Tally {
         let mut destinations: Vec<Destination> = self
             .per_destination
             .into_iter()
-            .map(|((source, destination), used)| Destination { source, destination, used, exhaustion_seconds: None })
+            .map(|((source, destination), held)| Destination {
+                source,
+                destination,
+                used: held.all,
+                established: held.established,
+                time_wait: held.time_wait,
+                exhaustion_seconds: None,
+            })
             .collect();
         // Most used first; ties in a fixed order, so the top N is stable.
         destinations
@@ -115,7 +143,6 @@ mod tests {
         tally.finish()
     }
 
-    const ESTABLISHED: u8 = 1;
     const SYN_SENT: u8 = 2;
 
     fn sock(state: u8, local: &str, remote: &str) -> TcpSocket {
@@ -160,8 +187,12 @@ mod tests {
             backlog: 128,
         };
         let counts = summarize(settings, &[listener], &sockets);
-        let got: Vec<(String, u32)> = counts.destinations.iter().map(|d| (d.destination.to_string(), d.used)).collect();
-        assert_eq!(got, [("10.0.0.9:5432".to_string(), 3), ("10.0.0.9:80".to_string(), 1)]);
+        let got: Vec<(String, u32, u32, u32)> = counts
+            .destinations
+            .iter()
+            .map(|d| (d.destination.to_string(), d.used, d.established, d.time_wait))
+            .collect();
+        assert_eq!(got, [("10.0.0.9:5432".to_string(), 3, 1, 1), ("10.0.0.9:80".to_string(), 1, 1, 0)]);
         assert_eq!(counts.time_wait, 1);
     }
 }

@@ -333,6 +333,8 @@ fn expected(culprits: &Culprits, expr: &str) -> Option<u32> {
         || expr.contains("observer_tcp_handshakes_total")
     {
         Some(culprits.storm)
+    } else if expr.contains("observer_tcp_handshake_retransmits_total") {
+        Some(culprits.lossy)
     } else if expr.contains("observer_tcp_connection_usage") {
         // The port-exhaustion client holds its six connections for seconds.
         Some(culprits.ports)

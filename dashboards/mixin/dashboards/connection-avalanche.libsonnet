@@ -1615,6 +1615,60 @@ function(config)
         },
       },
       {
+        id: 35,
+        type: 'timeseries',
+        title: 'Handshake packets resent /s by process and destination',
+        description: "SYNs a process resent to a server (outbound) and SYN-ACKs a listener resent to its clients (inbound), counted when each handshake ends, established or failed. Each resent SYN cost its connect 1 s, then 2 s, 4 s: a lossy path, a firewall, a conntrack table full, or a server's full accept queue; SYN-ACKs resent are clients' last ACKs lost or this listener's queue full. A connect that timed out shows here with its ETIMEDOUT in the connect errors.",
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 24,
+          x: 0,
+          y: 87,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'pps',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, observer_connection_direction, server_address, server_port) (rate(observer_tcp_handshake_retransmits_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} {{observer_connection_direction}} {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
         id: 21,
         type: 'row',
         title: 'observer health',
@@ -1623,7 +1677,7 @@ function(config)
           h: 1,
           w: 24,
           x: 0,
-          y: 87,
+          y: 94,
         },
         panels: [],
       },
@@ -1640,7 +1694,7 @@ function(config)
           h: 8,
           w: 8,
           x: 0,
-          y: 88,
+          y: 95,
         },
         fieldConfig: {
           defaults: {
@@ -1688,7 +1742,7 @@ function(config)
           h: 8,
           w: 8,
           x: 8,
-          y: 88,
+          y: 95,
         },
         fieldConfig: {
           defaults: {
@@ -1764,7 +1818,7 @@ function(config)
           h: 8,
           w: 8,
           x: 16,
-          y: 88,
+          y: 95,
         },
         fieldConfig: {
           defaults: {

@@ -1,9 +1,8 @@
 //! The incidents observer exists for, reproduced in namespaces with the
 //! kernel's ground truth checked: port exhaustion, TIME_WAIT, a listen
-//! overflow, a connection storm, and failures that all come at a series'
-//! birth. Shared by the tests that need every
-//! signal to have data (the dashboards on a real Prometheus, the metric
-//! contract).
+//! overflow, a lossy path, a connection storm, and failures that all come
+//! at a series' birth. Shared by the tests that need every signal to have
+//! data (the dashboards on a real Prometheus, the metric contract).
 use observer_testing::{Netns, Server, churn};
 
 /// The processes behind each incident, as the kernel's ground truth saw
@@ -17,6 +16,8 @@ pub struct Culprits {
     pub time_wait: u32,
     pub listener: u32,
     pub storm: u32,
+    /// A client whose every handshake took a resent SYN.
+    pub lossy: u32,
 }
 
 /// The four incidents, each spread over a few seconds so that the scrapes
@@ -50,6 +51,35 @@ pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
     lo.client(&["--to", "127.0.0.1:8081", "--count", "12", "--nonblocking", "200ms", "--spread", "4s"]);
     assert!(lo.nstat("TcpExtListenOverflows") > 0, "the listener must overflow");
 
+    // A lossy path: the firewall drops the first SYN of each connection
+    // (every other SYN, connects one after another), so each handshake
+    // takes a resent SYN and 1 s more.
+    let lossy = Netns::new();
+    let lossy_server = lossy.serve(&["--listen", "127.0.0.1:8443"]);
+    observer_testing::netns::run(lossy.command("iptables").args([
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "--syn",
+        "--dport",
+        "8443",
+        "-m",
+        "statistic",
+        "--mode",
+        "nth",
+        "--every",
+        "2",
+        "--packet",
+        "0",
+        "-j",
+        "DROP",
+    ]));
+    let resent_before = lossy.nstat("TcpExtTCPSynRetrans");
+    let lossy_client = lossy.client(&["--to", "127.0.0.1:8443", "--count", "2"]);
+    assert_eq!(lossy_client.connected, 2, "{lossy_client:?}");
+    assert_eq!(lossy.nstat("TcpExtTCPSynRetrans") - resent_before, 2, "one SYN resent per connection");
+
     // A connection storm: connect, accept, close, spread over 4 s like the
     // others (a storm that comes and goes between two scrapes is a series
     // born above zero, which rate() cannot show: issue 18).
@@ -72,6 +102,7 @@ pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
         time_wait: tw_client.pid,
         listener: listener.pid(),
         storm: storm_pid,
+        lossy: lossy_client.pid,
     };
-    (culprits, vec![ports, burst, tw, lo, storm], vec![holder, burst_holder, tw_server, listener])
+    (culprits, vec![ports, burst, tw, lo, lossy, storm], vec![holder, burst_holder, tw_server, listener, lossy_server])
 }

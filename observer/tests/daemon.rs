@@ -349,7 +349,7 @@ fn otlp_settings_come_from_flag_then_otel_environment_then_file() {
         let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317");
         let env = if var == endpoint.0 { vec![(var, value)] } else { vec![endpoint, (var, value)] };
         let (code, _, err) = dry_run(&[], &env);
-        assert_eq!(code, 2, "{var}={value}: {err}");
+        assert_eq!(code, observer::cli::USAGE_EXIT, "{var}={value}: {err}");
         assert!(err.contains(want) && err.contains("--otlp-"), "{var}={value}: {err}");
     }
 }
@@ -376,7 +376,7 @@ fn a_bad_configuration_file_is_one_error_naming_the_key_and_line() {
     assert!(err.contains("/nonexistent/observer.toml") && err.contains("cannot read it"), "{err}");
     // Environment values are checked like flags.
     let (code, _, err) = dry_run(&[], &[("OBSERVER_INTERVAL", "soon")]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, observer::cli::USAGE_EXIT, "{err}");
     assert!(err.contains("not a duration"), "{err}");
 }
 

@@ -72,16 +72,47 @@ fn ports_per_destination_are_counted_apart_and_a_full_range_is_critical() {
     assert_eq!(report["findings"][0]["check"], "ephemeral-ports", "worst first: {report:#}");
     assert_eq!(report["namespaces"][0]["settings"]["ip_local_port_range"], serde_json::json!([41000, 41009]));
 
-    // The table names the reason and the next step.
+    // The table names the reason and the next step, after a summary line;
+    // the namespace's settings only when asked (--verbose).
     let out = Command::new(OBSERVER).args(["doctor", "--netns", &path]).output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
+    let summary = table.lines().next().unwrap();
+    let findings = report["findings"].as_array().unwrap().len();
+    assert_eq!(
+        summary,
+        format!(
+            "1 network namespace, {findings} findings: 1 critical, 0 warnings; worst: ephemeral-ports 127.0.0.1 -> \
+             127.0.0.1:8080 in {path}, 10/10 (100%)"
+        ),
+        "{table}"
+    );
     let first = table.lines().find(|l| l.starts_with("CRITICAL")).unwrap_or_else(|| panic!("{table}"));
     assert!(
         first.contains("ephemeral-ports") && first.contains("127.0.0.1:8080") && first.contains("10/10"),
         "{table}"
     );
     assert!(first.contains("ip_local_port_range"), "a next step: {first}");
+    assert!(!table.contains("tcp_fin_timeout"), "no settings without --verbose: {table}");
     assert_eq!(out.status.code(), Some(2));
+    let verbose = Command::new(OBSERVER).args(["doctor", "--verbose", "--netns", &path]).output().unwrap();
+    let verbose = String::from_utf8_lossy(&verbose.stdout);
+    assert!(verbose.contains(&format!("netns {path}: ip_local_port_range 41000-41009 (10 ports)")), "{verbose}");
+}
+
+/// A command line doctor cannot use exits 64, never 2 (critical to the
+/// scripts that run it) nor 3; --help exits 0.
+#[test]
+fn a_usage_error_is_not_a_verdict() {
+    for args in [&["doctor", "--no-such-flag"][..], &["doctor", "--pid", "not-a-pid"], &["doctor", "extra"]] {
+        let out = Command::new(OBSERVER).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.starts_with("error:"), "clap's message: {args:?}: {err}");
+    }
+    let help = Command::new(OBSERVER).args(["doctor", "--help"]).output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("64 a command line it cannot use"), "{help}");
 }
 
 #[test]
@@ -138,8 +169,8 @@ fn a_client_without_connection_reuse_is_named_with_its_destination() {
 
     let out = Command::new(OBSERVER).args(["doctor", "--netns", &format!("/run/netns/{}", ns.name)]).output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
-    let line = table.lines().find(|l| l.contains("connection-reuse")).unwrap_or_else(|| panic!("{table}"));
-    assert!(line.starts_with("WARNING") && line.contains("no connection reuse toward it"), "{table}");
+    let line = table.lines().find(|l| l.starts_with("WARNING")).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("connection-reuse") && line.contains("no connection reuse toward it"), "{table}");
 }
 
 #[test]
@@ -183,6 +214,12 @@ fn a_healthy_namespace_exits_zero() {
     let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
     assert_eq!(code, 0, "{report:#}");
     assert!(report["findings"].as_array().unwrap().iter().all(|f| f["verdict"] == "ok"));
+    let out = Command::new(OBSERVER).args(["doctor", "--netns", &format!("/run/netns/{}", ns.name)]).output().unwrap();
+    let summary = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(
+        summary.starts_with("1 network namespace, ") && summary.contains(": all ok; closest to its limit: "),
+        "{summary}"
+    );
     let (code, _) = doctor(&["--netns", "/run/netns/does-not-exist"]);
     assert_eq!(code, 3, "an unusable scope is an error, not a verdict");
 }

@@ -40,9 +40,15 @@ fn a_token_in_the_headers_appears_in_no_output() {
     let unterminated = unterminated.to_str().unwrap();
     // (what, arguments, environment, the exit code it must end with)
     type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, i32);
+    const USAGE: i32 = observer::cli::USAGE_EXIT;
     let cases: Vec<Case> = vec![
-        ("malformed variable", vec!["run", "--dry-run"], vec![endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", &malformed)], 2),
-        ("malformed flag", vec!["run", "--dry-run", "--otlp-headers", &no_equals], vec![endpoint], 2),
+        (
+            "malformed variable",
+            vec!["run", "--dry-run"],
+            vec![endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", &malformed)],
+            USAGE,
+        ),
+        ("malformed flag", vec!["run", "--dry-run", "--otlp-headers", &no_equals], vec![endpoint], USAGE),
         ("--help with the variable set", vec!["run", "--help"], vec![("OTEL_EXPORTER_OTLP_HEADERS", &good)], 0),
         ("--dry-run", vec!["run", "--dry-run"], vec![endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", &good)], 0),
         ("malformed in the file", vec!["run", "--dry-run", "--config", bad_file], vec![], 1),

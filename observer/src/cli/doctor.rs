@@ -16,8 +16,9 @@ use crate::{
 /// next step.
 ///
 /// Exit code: 0 all ok, 1 a warning, 2 a critical finding, 3 the checks
-/// could not run. Needs root (it enters every network namespace and reads
-/// every process's file descriptors). The daemon is not needed.
+/// could not run, 64 a command line it cannot use. Needs root (it enters
+/// every network namespace and reads every process's file descriptors).
+/// The daemon is not needed.
 ///
 /// Example: `observer doctor --pid $(pidof payment-api)`.
 #[derive(Debug, Args)]
@@ -39,6 +40,11 @@ pub struct DoctorArgs {
     /// critical ones, and the 5 closest to their limit otherwise).
     #[arg(long)]
     pub all: bool,
+
+    /// Also print each namespace's settings (port range, tcp_fin_timeout,
+    /// tcp_tw_reuse, somaxconn, tcp_max_syn_backlog, tcp_max_tw_buckets).
+    #[arg(long, short)]
+    pub verbose: bool,
 
     /// The host's /proc [default: /proc].
     #[arg(long, value_name = "DIR", default_value = "/proc")]
@@ -68,7 +74,7 @@ impl DoctorArgs {
         let text = if self.json {
             serde_json::to_string_pretty(&report).expect("a report is plain data") + "\n"
         } else {
-            table(&report, self.all)
+            summary(&report) + &table(&report, self.all, self.verbose)
         };
         // A closed pipe (`| head`) is not an error worth a panic.
         let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
@@ -76,9 +82,37 @@ impl DoctorArgs {
     }
 }
 
-fn table(report: &Report, all: bool) -> String {
+/// One line first, like `ss -s`: how much was examined, how bad, the worst.
+fn summary(report: &Report) -> String {
+    let count = |v: Verdict| report.findings.iter().filter(|f| f.verdict == v).count();
+    let (critical, warnings) = (count(Verdict::Critical), count(Verdict::Warning));
+    let namespaces = report.namespaces.len();
+    let mut line = format!(
+        "{namespaces} network namespace{}, {} findings: ",
+        if namespaces == 1 { "" } else { "s" },
+        report.findings.len()
+    );
+    line += &match (critical, warnings) {
+        (0, 0) => "all ok".to_string(),
+        (c, w) => format!("{c} critical, {w} warning{}", if w == 1 { "" } else { "s" }),
+    };
+    // Findings are sorted worst first.
+    if let Some(f) = report.findings.first() {
+        let label = if f.verdict == Verdict::Ok { "closest to its limit" } else { "worst" };
+        line += &format!("; {label}: {} {} in {}, {}", f.check.as_str(), f.subject, f.netns, used_of_limit(f));
+    }
+    line + "\n"
+}
+
+/// `10/10 (100%)`.
+fn used_of_limit(f: &crate::ceilings::checks::Finding) -> String {
+    let pct = if f.limit == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * f.used as f64 / f.limit as f64) };
+    format!("{}/{} ({pct})", f.used, f.limit)
+}
+
+fn table(report: &Report, all: bool, verbose: bool) -> String {
     let mut out = String::new();
-    for ns in &report.namespaces {
+    for ns in report.namespaces.iter().filter(|_| verbose) {
         let s = &ns.settings;
         out += &format!(
             "netns {}: ip_local_port_range {}-{} ({} ports), tcp_fin_timeout {}, tcp_tw_reuse {}, somaxconn {}, \
@@ -100,14 +134,12 @@ fn table(report: &Report, all: bool) -> String {
     let rows: Vec<[String; 6]> = shown
         .iter()
         .map(|f| {
-            let pct =
-                if f.limit == 0 { "-".to_string() } else { format!("{:.0}%", 100.0 * f.used as f64 / f.limit as f64) };
             [
                 f.verdict.as_str().to_uppercase(),
                 f.check.as_str().to_string(),
                 f.netns.clone(),
                 f.subject.clone(),
-                format!("{}/{} ({pct})", f.used, f.limit),
+                used_of_limit(f),
                 f.next_step.to_string(),
             ]
         })

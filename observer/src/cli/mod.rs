@@ -42,10 +42,21 @@ pub fn command() -> clap::Command {
     })
 }
 
-/// Parse this process's arguments (exits with clap's message when they are
-/// wrong, or after --help/--version).
+/// The exit code of a command line observer cannot use (sysexits.h's
+/// EX_USAGE): not clap's 2, which `observer doctor` means as "critical" to
+/// the scripts that run it, nor any of doctor's 0-3.
+pub const USAGE_EXIT: i32 = 64;
+
+/// Parse this process's arguments: with clap's message and `USAGE_EXIT`
+/// when they are wrong, or after --help/--version (exit 0).
 pub fn parse() -> Cli {
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
+    command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)).unwrap_or_else(|e| {
+        if !e.use_stderr() {
+            e.exit();
+        }
+        let _ = e.print();
+        std::process::exit(USAGE_EXIT)
+    })
 }
 
 pub fn try_parse_from(

@@ -76,6 +76,12 @@ pub enum Error {
     #[error("no process {pid} (or no access to it)")]
     NoProcess { pid: u32 },
 
+    #[error(
+        "no process of pod {pod} found (pods are named from kubelet's pod log directories under {pod_logs}: \
+         set --pod-logs if they are elsewhere)"
+    )]
+    NoPod { pod: String, pod_logs: PathBuf },
+
     #[error("no network namespace could be examined: run as root, or with {needs}")]
     NothingExamined { needs: String },
 }

@@ -5,7 +5,10 @@ mod common;
 
 use std::process::Command;
 
-use common::daemon::OBSERVER;
+use common::{
+    daemon::OBSERVER,
+    pods::{Dirs, cgroup2_root},
+};
 use observer_testing::Netns;
 use serde_json::Value;
 
@@ -99,11 +102,74 @@ fn ports_per_destination_are_counted_apart_and_a_full_range_is_critical() {
     assert!(verbose.contains(&format!("netns {path}: ip_local_port_range 41000-41009 (10 ports)")), "{verbose}");
 }
 
+/// A pod's namespace is named by the pod, and `--pod NAMESPACE/NAME`
+/// examines only its namespace and its processes' files: a server in a
+/// cgroup shaped like kubelet's (cgroupfs driver) with kubelet's pod log
+/// directory naming it.
+#[test]
+fn a_pod_names_its_namespace_and_pod_scopes_to_it() {
+    let tag = std::process::id();
+    let uid = format!("c0ffee00-1234-4abc-8def-{tag:012x}");
+    let id = format!("{:064x}", 0xd0c_u64 * 1_000_003 + u64::from(tag));
+    let mut dirs = Dirs(Vec::new());
+    let cgroup = cgroup2_root().join(format!("kubepods/besteffort/pod{uid}/{id}"));
+    dirs.create(&cgroup);
+    let logs = std::env::temp_dir().join(format!("observer-doctor-pod-logs-{tag}"));
+    let mut log_dirs = Dirs(Vec::new());
+    log_dirs.create(&logs.join(format!("shop_payment-api-7d9f_{uid}/payment-api")));
+    let logs = logs.to_str().unwrap().to_string();
+
+    let ns = Netns::new();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec ip netns exec {} {} serve --listen 127.0.0.1:7500 --hold",
+        cgroup.display(),
+        ns.name,
+        observer_testing::churn()
+    );
+    let mut server = Command::new("sh").args(["-c", &script]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let pid = server.id();
+    let listening = || ns.command("ss").args(["-Htln", "sport = :7500"]).output().unwrap().stdout.len() > 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !listening() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let pod = "pod shop/payment-api-7d9f";
+    let (_, report) = doctor(&["--pod-logs", &logs, "--pod", "shop/payment-api-7d9f"]);
+    let namespaces = report["namespaces"].as_array().unwrap();
+    assert_eq!(namespaces.len(), 1, "{report:#}");
+    assert_eq!(namespaces[0]["netns"], pod, "{report:#}");
+    assert_eq!(namespaces[0]["path"], format!("/proc/{pid}/ns/net"));
+    let findings = report["findings"].as_array().unwrap();
+    assert!(findings.iter().all(|f| f["netns"] == pod), "{report:#}");
+    let files: Vec<&Value> = findings.iter().filter(|f| f["check"] == "open-files").collect();
+    assert_eq!(files.len(), 1, "the pod's one process only: {files:#?}");
+    assert!(files[0]["subject"].as_str().unwrap().ends_with(&format!("pid {pid} in shop/payment-api-7d9f")));
+    find(&report, "accept-queue", "listener 127.0.0.1:7500");
+
+    // Every namespace: the pod's is named by its pod.
+    let (_, all) = doctor(&["--pod-logs", &logs]);
+    assert!(all["namespaces"].as_array().unwrap().iter().any(|n| n["netns"] == pod), "{all:#}");
+
+    // No such pod: the checks cannot run (3), and the error says why.
+    let out = Command::new(OBSERVER).args(["doctor", "--pod-logs", &logs, "--pod", "shop/nope"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("shop/nope") && err.contains("--pod-logs"), "{err}");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// A command line doctor cannot use exits 64, never 2 (critical to the
 /// scripts that run it) nor 3; --help exits 0.
 #[test]
 fn a_usage_error_is_not_a_verdict() {
-    for args in [&["doctor", "--no-such-flag"][..], &["doctor", "--pid", "not-a-pid"], &["doctor", "extra"]] {
+    for args in [
+        &["doctor", "--no-such-flag"][..],
+        &["doctor", "--pid", "not-a-pid"],
+        &["doctor", "extra"],
+        &["doctor", "--pod", "no-namespace"],
+    ] {
         let out = Command::new(OBSERVER).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");

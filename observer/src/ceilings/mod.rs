@@ -31,11 +31,17 @@ pub enum Scope {
     Netns(PathBuf),
     /// One process: its namespace, and its own open files only.
     Pid(u32),
+    /// One pod (`namespace/name`): its network namespace (the host's for a
+    /// hostNetwork pod), and its processes' open files only.
+    Pod(String),
 }
 
 #[derive(Serialize)]
 pub struct NetnsReport {
+    /// As findings name it: "host", "pod NAMESPACE/NAME", or the path.
     pub netns: String,
+    /// A path that opens it (for --netns).
+    pub path: PathBuf,
     pub settings: settings::NetSettings,
     /// None when the namespace was not dumped: it has fewer than the
     /// warning's share of its ceiling (see its finding).
@@ -57,8 +63,28 @@ impl Report {
 /// Run the check list on `scope`.
 pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Report, Error> {
     let host = netns::host(proc_root);
+    let mut attributor = Attributor::new(proc_root, None, pod_logs.clone());
+    // The pod's processes, for --pod.
+    let pod_pids: Option<Vec<u32>> = match scope {
+        Scope::Pod(pod) => {
+            let pids = pod_processes(proc_root, &mut attributor, pod);
+            if pids.is_empty() {
+                return Err(Error::NoPod { pod: pod.clone(), pod_logs });
+            }
+            Some(pids)
+        }
+        _ => None,
+    };
     let namespaces: BTreeMap<u32, PathBuf> = match scope {
         Scope::All => netns::all(proc_root),
+        Scope::Pod(_) => pod_pids
+            .iter()
+            .flatten()
+            .filter_map(|pid| {
+                let path = proc_root.join(pid.to_string()).join("ns/net");
+                Some((netns::inode(&path)?, path))
+            })
+            .collect(),
         Scope::Netns(path) => {
             let inode = netns::inode(path).ok_or_else(|| Error::NoNetns { path: path.clone() })?;
             [(inode, path.clone())].into()
@@ -69,13 +95,20 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
             [(inode, path)].into()
         }
     };
+    // A pod's namespace by its pod (any of its processes names it).
     let names: BTreeMap<u32, String> = namespaces
         .iter()
         .map(|(inode, path)| {
-            let name = if Some(*inode) == host { "host".to_string() } else { path.display().to_string() };
+            let pod = netns::pid_of(path).and_then(|pid| pod_name(&mut attributor, pid));
+            let name = match pod {
+                _ if Some(*inode) == host => "host".to_string(),
+                Some(pod) => format!("pod {pod}"),
+                None => path.display().to_string(),
+            };
             (*inode, name)
         })
         .collect();
+    let paths = namespaces.clone();
     // A namespace whose sockets could not give any destination the
     // warning's share of its ports, nor the TIME_WAIT sockets of a missing
     // connection reuse, is not dumped (a dump walks every socket of the
@@ -83,7 +116,6 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     let (warning, _) = Check::EphemeralPorts.thresholds();
     let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
         sweep::once(namespaces, warning, checks::REUSE_WARNING_TIME_WAIT);
-    let mut attributor = Attributor::new(proc_root, None, pod_logs);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
     let owners = owners::owners_of_sockets(proc_root, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
@@ -134,13 +166,31 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         }
         report.namespaces.push(NetnsReport {
             netns: netns.clone(),
+            path: paths[inode].clone(),
             settings: u.settings.clone(),
             time_wait: u.counts.as_ref().map(|c| c.time_wait),
         });
     }
-    open_files(scope, proc_root, &names, &mut attributor, &mut report.findings);
+    open_files(scope, pod_pids.as_deref(), proc_root, &names, &mut attributor, &mut report.findings);
     checks::sort(&mut report.findings);
     Ok(report)
+}
+
+/// `namespace/name` of the pod `pid` runs in, when kubelet's pod logs name
+/// it.
+fn pod_name(attributor: &mut Attributor, pid: u32) -> Option<String> {
+    let pod = attributor.labels(0, pid)?;
+    Some(format!("{}/{}", pod.namespace.as_ref()?, pod.pod_name.as_ref()?))
+}
+
+/// The processes of pod `pod` (`namespace/name`).
+fn pod_processes(proc_root: &Path, attributor: &mut Attributor, pod: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(proc_root) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| pod_name(attributor, *pid).as_deref() == Some(pod))
+        .collect()
 }
 
 /// `nginx pid 4711 in shop/web-0` (the pod when there is one), named by
@@ -161,6 +211,7 @@ fn describe(attributor: &mut Attributor, pid: u32, comm: &str) -> String {
 /// processes of the namespaces in scope (or the one pid).
 fn open_files(
     scope: &Scope,
+    pod_pids: Option<&[u32]>,
     proc_root: &Path,
     names: &BTreeMap<u32, String>,
     attributor: &mut Attributor,
@@ -170,6 +221,11 @@ fn open_files(
     for process in processes.flatten() {
         if let Scope::Pid(pid) = scope
             && process.pid as u32 != *pid
+        {
+            continue;
+        }
+        if let Some(pids) = pod_pids
+            && !pids.contains(&(process.pid as u32))
         {
             continue;
         }

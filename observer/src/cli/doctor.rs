@@ -20,7 +20,8 @@ use crate::{
 /// every network namespace and reads every process's file descriptors).
 /// The daemon is not needed.
 ///
-/// Example: `observer doctor --pid $(pidof payment-api)`.
+/// Examples: `observer doctor --pid $(pidof payment-api)`,
+/// `observer doctor --pod shop/payment-api-7d9f`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Only this network namespace (e.g. /run/netns/NAME or
@@ -29,8 +30,13 @@ pub struct DoctorArgs {
     pub netns: Option<PathBuf>,
 
     /// Only this process: its network namespace, and its own open files.
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", conflicts_with = "pod")]
     pub pid: Option<u32>,
+
+    /// Only this pod (as kubelet's pod logs name it): its network
+    /// namespace, and its processes' open files.
+    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "netns", value_parser = pod_name)]
+    pub pod: Option<String>,
 
     /// Machine-readable output: every finding and each namespace's settings.
     #[arg(long)]
@@ -58,10 +64,11 @@ pub struct DoctorArgs {
 impl DoctorArgs {
     /// Print the report; the worst verdict (or an error text).
     pub fn run(self) -> Result<Verdict, Error> {
-        let scope = match (&self.netns, self.pid) {
-            (Some(path), _) => Scope::Netns(path.clone()),
-            (None, Some(pid)) => Scope::Pid(pid),
-            (None, None) => Scope::All,
+        let scope = match (&self.netns, self.pid, &self.pod) {
+            (Some(path), _, _) => Scope::Netns(path.clone()),
+            (None, Some(pid), _) => Scope::Pid(pid),
+            (None, None, Some(pod)) => Scope::Pod(pod.clone()),
+            (None, None, None) => Scope::All,
         };
         let report = examine(&scope, &self.proc_root, self.pod_logs.clone())?;
         if report.namespaces.is_empty() {
@@ -167,4 +174,12 @@ fn table(report: &Report, all: bool, verbose: bool) -> String {
         out += &format!("... and {hidden} more, all ok (--all lists them)\n");
     }
     out
+}
+
+/// `--pod`: `namespace/name`, both non-empty.
+fn pod_name(value: &str) -> Result<String, String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(value.to_string()),
+        _ => Err(format!("`{value}` is not NAMESPACE/NAME (e.g. shop/payment-api-7d9f)")),
+    }
 }

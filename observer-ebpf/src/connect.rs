@@ -29,8 +29,8 @@ use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, Threa
 use crate::{
     counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
     kernel::{
-        Syn, current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket,
-        sock_tcp_state, tcp_attempted_connect,
+        current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket, sock_tcp_state,
+        tcp_attempted_connect,
     },
     maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
 };
@@ -94,9 +94,11 @@ fn call_started(thread: ThreadConnect) {
 /// mode also io_uring and kernel sockets) no hooked call returns an errno,
 /// and nothing is noted.
 #[inline(always)]
-pub fn syn_sent_in_connect(sk: u64, syn: &Syn) {
+pub fn syn_sent_in_connect(sk: u64) {
     let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
-    let Syn { actor, family, daddr, dport } = *syn;
+    let actor = current_actor();
+    let family = sock_family(sk);
+    let (daddr, dport) = sock_destination(sk, family);
     // SAFETY: this thread's entry; only this thread touches it.
     unsafe {
         (*thread).sk = sk;
@@ -104,7 +106,7 @@ pub fn syn_sent_in_connect(sk: u64, syn: &Syn) {
     }
     if config().connects_from_syscall == 1 {
         // Otherwise the tcp_connect hook records the owner.
-        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &syn.actor);
+        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
     }
     // A new connection on this socket: an entry still here belongs to an
     // earlier socket at this address whose end a skipped run missed, and

@@ -13,7 +13,8 @@ use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, directi
 use crate::{
     counters::{Counted, HandshakeEnd, bump_connection_closed, bump_handshake_end, count_lost},
     kernel::{
-        Syn, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner, tcp_total_retrans,
+        current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner,
+        tcp_total_retrans,
     },
     maps::{LISTENERS, OPEN_CONNECTIONS},
 };
@@ -26,12 +27,14 @@ const BPF_NOEXIST: u64 = 1;
 /// entry at ESTABLISHED if there is room then, and is counted lost there
 /// if not).
 #[inline(always)]
-pub fn connection_syn_sent(sk: u64, syn: &Syn) {
+pub fn connection_syn_sent(sk: u64) {
+    let family = sock_family(sk);
+    let (addr, port) = sock_destination(sk, family);
     let key = ConnectionKey {
-        actor: syn.actor,
-        addr: syn.daddr,
-        family: syn.family,
-        port: syn.dport,
+        actor: current_actor(),
+        addr,
+        family,
+        port,
         direction: direction::OUTBOUND,
         netns: sock_netns(sk),
         _pad: 0,

@@ -36,26 +36,6 @@ pub fn current_actor() -> Actor {
     Actor { tgid, _pad: 0, cgroup_id, comm }
 }
 
-/// A socket sending its SYN (CLOSE -> SYN_SENT, in the connecting
-/// process's context): who connects where, read once for every part of
-/// `sock_state` that notes it.
-#[derive(Clone, Copy)]
-pub struct Syn {
-    pub actor: Actor,
-    pub family: u16,
-    pub daddr: [u8; 16],
-    pub dport: u16,
-}
-
-impl Syn {
-    #[inline(always)]
-    pub fn of(sk: u64) -> Self {
-        let family = sock_family(sk);
-        let (daddr, dport) = sock_destination(sk, family);
-        Self { actor: current_actor(), family, daddr, dport }
-    }
-}
-
 /// Who a socket's events are charged to: its owner, recorded in process
 /// context (connect, accept, listen); for a socket opened before observer
 /// started (or whose owner the LRU map forgot), tgid 0 in the socket's own

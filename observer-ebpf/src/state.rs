@@ -20,7 +20,7 @@ use crate::{
     connections::{connection_ended, connection_established, connection_failed, connection_syn_sent},
     counters::{count_lost, lru_insert, lru_remove},
     kernel::{
-        IPPROTO_TCP, Syn, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
+        IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
     },
     maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offsets},
     time_wait::{count_once_per_pair, is_time_wait_entry},
@@ -58,9 +58,8 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => {
-            let syn = Syn::of(sk);
-            syn_sent_in_connect(sk, &syn);
-            connection_syn_sent(sk, &syn);
+            syn_sent_in_connect(sk);
+            connection_syn_sent(sk);
         }
         (SYN_SENT, _) => {
             connect_settled(sk, new == CLOSE);

@@ -148,7 +148,7 @@ fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut 
 }
 
 /// The zero value new connection keys start from: a global rather than
-/// the stack, which a 184-byte value would crowd.
+/// the stack, which a 320-byte value would crowd.
 static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts {
     established: 0,
     closed: [0; lifetime::BUCKETS],

@@ -187,6 +187,20 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    socket-local storage (`BPF_MAP_TYPE_SK_STORAGE`: no hash, freed with
    the socket; tracing programs may use it from 5.11, and aya-ebpf 0.2
    cannot declare its BTF map), smaller per-CPU counters.
+9. **2026-12-02, handshake retransmits (issue 19)**: the end of each
+   handshake in `sock_state` also reads `tcp_sock.total_retrans` (one
+   read per connection per side, no new hook). The full run on this
+   machine today: `sock_state` 221 ns per run (300 in run 8; runs on this
+   shared machine move by as much without a change: the baseline made 67k
+   cycles/s against 74k then, and the unchanged sweep rows fell from 52
+   to 29 ms), throughput 0.831 of the baseline,
+   every run's counts exact (the TIME_WAIT start-up loss of run 8 did not
+   show in 9 restarts). The pairs were noisy (ratio spreads of 0.53-3.39
+   for observer, 0.31-1.29 for the floor): the medians, not the spreads,
+   compare. A single read of who connects where at CLOSE -> SYN_SENT,
+   tried to save ~15% of `sock_state`'s key building, was reverted: it
+   took the program's stack to 504 bytes, which Linux 5.10's verifier
+   refuses with its callee's (512 at most).
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -303,7 +303,7 @@ fn handshake_retransmits_are_the_kernels_on_both_sides() {
     let outbound = |o: &Observer| o.connection_counts(timed_out.pid, OUTBOUND, dropped).handshake_retransmits;
     collect_until(&mut obs, |o| {
         inbound(o) >= resent_by_server
-            && outbound(o) >= 2
+            && outbound(o) >= resent_by_timed_out
             && o.connect_errors(timed_out.pid, to_dropped, ETIMEDOUT) >= 2
     });
     assert_eq!(inbound(&obs), resent_by_server, "SYN-ACKs resent, under the listener");

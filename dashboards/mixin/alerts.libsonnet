@@ -160,6 +160,25 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             },
           },
           {
+            alert: 'ObserverSynQueueDropping',
+            // Only drops: a SYN answered with a cookie still connects.
+            expr: |||
+              sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (
+                increase(observer_tcp_syn_queue_full_total{%(observerSelector)s, observer_syn_queue_action="drop"}[1m])
+              ) > 0
+            ||| % $._config,
+            // Drops in every minute for two.
+            'for': '2m',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'Listener on port {{ $labels.server_port }} of {{ $labels.process_executable_name }} (pid {{ $labels.process_pid }}) drops SYNs: its SYN queue is full',
+              description: |||
+                The listener on port {{ $labels.server_port }} owned by {{ $labels.process_executable_name }} pid {{ $labels.process_pid }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} dropped SYNs in every minute for 2 minutes ({{ $value | printf "%.0f" }} in the last) because its SYN queue, the requests waiting for the handshake's last ACK, was full and net.ipv4.tcp_syncookies is 0. Each client waits 1 s, then 2 s, 4 s before it resends: connects slow down, then time out.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverSynQueueDropping',
+            },
+          },
+          {
             alert: 'ObserverAcceptQueueNearFull',
             expr: |||
               max by (%(clusterLabel)s, host_name, observer_network_namespace, server_address, server_port, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (observer_listen_queue_usage{%(observerSelector)s})
@@ -395,16 +414,16 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           {
             alert: 'ObserverHookMissing',
             expr: |||
-              count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s})
+              count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s, observer_probe_mode!="none"})
                 < on (%(clusterLabel)s) group_left ()
-              max by (%(clusterLabel)s) (count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s}))
+              max by (%(clusterLabel)s) (count by (%(clusterLabel)s, host_name) (observer_probe_info{%(observerSelector)s, observer_probe_mode!="none"}))
             ||| % $._config,
             'for': '5m',
             labels: { severity: 'warning' },
             annotations: {
               summary: 'observer on {{ $labels.host_name }} has only {{ $value }} hooks attached, fewer than other nodes',
               description: |||
-                observer on {{ $labels.host_name }} has fewer kernel hooks attached than the node of its cluster with the most (another observer version, or a hook lost), so some connection events there may not be counted.
+                observer on {{ $labels.host_name }} has fewer kernel hooks attached than the node of its cluster with the most (another observer version; a kernel offering a hook no place to attach, which observer_probe_info shows as observer_probe_mode="none"; or a hook lost), so some connection events there may not be counted.
               |||,
               runbook_url: $._config.runbookURLPattern % 'ObserverHookMissing',
             },

@@ -91,14 +91,31 @@ pub struct ListenerKey {
     pub family: u16,
 }
 
-/// Key of the listen-overflow counters: the listener (namespace, local
-/// port in host order, family) and its owner, the process that called
-/// listen() (tgid 0 with the socket's cgroup when observer did not see it).
+/// Key of the listener drop counters: the listener (namespace, local
+/// port in host order, family), its owner, the process that called
+/// listen() (tgid 0 with the socket's cgroup when observer did not see it),
+/// and why the connection was dropped or answered differently
+/// (`listener_drop`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ListenOverflowKey {
+pub struct ListenerDropKey {
     pub owner: Actor,
     pub listener: ListenerKey,
+    pub reason: u32,
+    pub _pad: u32,
+}
+
+/// `ListenerDropKey.reason`: where the kernel counted the event, by the
+/// name of its own counter.
+pub mod listener_drop {
+    /// The accept queue was full (TcpExtListenOverflows).
+    pub const OVERFLOW: u32 = 0;
+    /// The SYN queue was full (or syncookies=2) and a SYN cookie answered
+    /// the SYN instead of a queued request (TcpExtTCPReqQFullDoCookies).
+    pub const SYN_COOKIE: u32 = 1;
+    /// The SYN queue was full with syncookies off: the SYN was dropped
+    /// (TcpExtTCPReqQFullDrop).
+    pub const SYN_DROP: u32 = 2;
 }
 
 /// A listener's last drop count, taken as it closed (LISTEN -> CLOSE), for
@@ -244,6 +261,14 @@ pub struct Config {
     /// 1: no overflow hook attached; the sweep reads the listeners' drop
     /// counters, and `sock_state` queues a closing listener's last one.
     pub listen_drops_from_sweep: u32,
+    /// 1: no program on `tcp_syn_flood_action` (a kernel that inlined it):
+    /// the overflow program at `tcp_conn_request` counts SYNs meeting a
+    /// full SYN queue, repeating the kernel's test.
+    pub syn_queue_from_conn_request: u32,
+    /// 1: this kernel's SYN queue is full when it holds `backlog` requests
+    /// (`inet_csk_reqsk_queue_is_full` with `>=`, before the 2024 fix);
+    /// 0: above `backlog` (`>`). Userspace asks the kernel which.
+    pub syn_queue_full_at_backlog: u32,
 }
 
 /// The counter maps come in two buffers, so they hold recent activity, not
@@ -345,7 +370,8 @@ pub mod capacity {
     /// Network namespaces whose TIME_WAIT entries are counted apart (to
     /// check against the kernel's own count); gone ones are removed.
     pub const TIME_WAIT_BY_NETNS: u32 = 4_096;
-    /// Listeners with overflows in one interval (a buffer of its own).
+    /// Listeners with overflows (or a full SYN queue, a key per reason)
+    /// in one interval (a buffer of its own).
     pub const LISTEN_OVERFLOWS: u32 = 16_384;
     /// Listeners closed within one interval, in the sweep's mode.
     pub const CLOSED_LISTENERS: u32 = 4_096;
@@ -365,11 +391,11 @@ const _: () = {
     assert!(size_of::<ProcCounters>() == 24);
     assert!(size_of::<ConnectErrorKey>() == 56);
     assert!(size_of::<ListenerKey>() == 8);
-    assert!(size_of::<ListenOverflowKey>() == 40);
+    assert!(size_of::<ListenerDropKey>() == 48);
     assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 16);
+    assert!(size_of::<Config>() == 24);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
     assert!(size_of::<ConnectionCounts>() == 320);

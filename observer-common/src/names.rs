@@ -61,6 +61,8 @@ pub mod programs {
     pub const OVERFLOW_SYN_KPROBE: &str = "overflow_syn_kprobe";
     pub const OVERFLOW_ACK_V4_KPROBE: &str = "overflow_ack_v4_kprobe";
     pub const OVERFLOW_ACK_V6_KPROBE: &str = "overflow_ack_v6_kprobe";
+    pub const SYN_QUEUE_FULL_FENTRY: &str = "syn_queue_full_fentry";
+    pub const SYN_QUEUE_FULL_KPROBE: &str = "syn_queue_full_kprobe";
 
     /// Every program of the object.
     pub const ALL: &[&str] = &[
@@ -89,5 +91,7 @@ pub mod programs {
         OVERFLOW_SYN_KPROBE,
         OVERFLOW_ACK_V4_KPROBE,
         OVERFLOW_ACK_V6_KPROBE,
+        SYN_QUEUE_FULL_FENTRY,
+        SYN_QUEUE_FULL_KPROBE,
     ];
 }

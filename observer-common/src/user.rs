@@ -1,7 +1,7 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
-    KeysCreated, ListenOverflowKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, ThreadConnect,
+    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, ThreadConnect,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
@@ -11,7 +11,7 @@ unsafe impl aya::Pod for ProcKey {}
 unsafe impl aya::Pod for ProcCounters {}
 unsafe impl aya::Pod for ConnectErrorKey {}
 unsafe impl aya::Pod for ListenerKey {}
-unsafe impl aya::Pod for ListenOverflowKey {}
+unsafe impl aya::Pod for ListenerDropKey {}
 unsafe impl aya::Pod for ClosedListener {}
 unsafe impl aya::Pod for InflightConnect {}
 unsafe impl aya::Pod for ThreadConnect {}

@@ -10,7 +10,7 @@
 //! each update goes to the one `Config::buffer` names when it starts.
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
 use observer_common::{
-    Actor, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey,
+    Actor, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenerDropKey, ProcCounters, ProcKey,
     TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
     handshake, lifetime, lost, lru,
@@ -308,11 +308,12 @@ pub fn bump_connect_error(key: &ConnectErrorKey) {
     }
 }
 
-/// Count one listen-queue overflow; false if the buffer's map is full.
-/// Keys are listeners, which the kernel's own limits bound, so there is
-/// no per-process share as for the maps above.
+/// Count one listener drop (an overflow, a full SYN queue); false if the
+/// buffer's map is full. Keys are listeners (by reason), which the
+/// kernel's own limits bound, so there is no per-process share as for the
+/// maps above.
 #[inline(always)]
-pub fn bump_listen_overflow(key: &ListenOverflowKey) -> bool {
+pub fn bump_listener_drop(key: &ListenerDropKey) -> bool {
     let map = if buffer() == 0 { &LISTEN_OVERFLOWS_0 } else { &LISTEN_OVERFLOWS_1 };
     match value_of(map, key, &0) {
         Some(v) => {

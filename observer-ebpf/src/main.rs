@@ -17,6 +17,7 @@ mod kernel;
 mod maps;
 mod overflow;
 mod state;
+mod syn_queue;
 mod time_wait;
 
 #[cfg(not(test))]

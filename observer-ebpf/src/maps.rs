@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use observer_common::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
-    KeysCreated, ListenOverflowKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect,
+    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect,
     capacity, lost, lru,
 };
 
@@ -88,13 +88,14 @@ pub static KEYS_CREATED_0: HashMap<u32, KeysCreated> = HashMap::with_max_entries
 #[map]
 pub static KEYS_CREATED_1: HashMap<u32, KeysCreated> = HashMap::with_max_entries(capacity::CONNECT_ERRORS, 0);
 
-/// Listen-queue overflows per listener and owner (overflow.rs); two
-/// buffers, like the counters above.
+/// Listen-queue overflows (overflow.rs) and SYNs meeting a full SYN queue
+/// (syn_queue.rs) per listener, owner and reason; two buffers, like the
+/// counters above.
 #[map]
-pub static LISTEN_OVERFLOWS_0: PerCpuHashMap<ListenOverflowKey, u64> =
+pub static LISTEN_OVERFLOWS_0: PerCpuHashMap<ListenerDropKey, u64> =
     PerCpuHashMap::with_max_entries(capacity::LISTEN_OVERFLOWS, 0);
 #[map]
-pub static LISTEN_OVERFLOWS_1: PerCpuHashMap<ListenOverflowKey, u64> =
+pub static LISTEN_OVERFLOWS_1: PerCpuHashMap<ListenerDropKey, u64> =
     PerCpuHashMap::with_max_entries(capacity::LISTEN_OVERFLOWS, 0);
 
 /// Connections established and closed per owner, direction and far end

@@ -17,16 +17,20 @@
 //! same fields, a few instructions before the kernel does. Only an accept()
 //! or a handshake on another CPU landing in between could make the two
 //! disagree.
+//!
+//! Where `tcp_syn_flood_action` cannot be hooked (syn_queue.rs), the SYN
+//! program also counts the SYNs meeting a full SYN queue, by the same
+//! repeated test (`Config::syn_queue_from_conn_request`).
 use aya_ebpf::{
     macros::{fentry, kprobe},
     programs::{FEntryContext, ProbeContext},
 };
-use observer_common::{ListenOverflowKey, ListenerKey, lost};
+use observer_common::{ListenerDropKey, ListenerKey, listener_drop, lost};
 
 use crate::{
-    counters::{bump_listen_overflow, count_lost},
+    counters::{bump_listener_drop, count_lost},
     kernel::{read_at, sock_family, sock_local_port, sock_netns, sock_owner},
-    maps::offsets,
+    maps::{config, offsets},
 };
 
 /// ETH_P_IP as `sk_buff.protocol` holds it (network order, read as u16
@@ -89,25 +93,43 @@ fn accept_queue_full(sk: u64) -> bool {
     queued > backlog
 }
 
+/// The kernel's order at a SYN: the SYN-queue test first (a SYN it drops,
+/// syncookies off, is no overflow; one answered with a cookie goes on),
+/// then the accept-queue test. A SYN that matched a TIME_WAIT socket
+/// (`tcp_tw_isn` set) skips the SYN-queue test.
 #[inline(always)]
 fn on_syn(sk: u64, skb: u64) {
-    if !accept_queue_full(sk) {
+    let cfg = config();
+    let count_syn_queue = cfg.syn_queue_from_conn_request != 0;
+    let overflows = accept_queue_full(sk);
+    // The common case, a SYN with room everywhere, reads no more.
+    if !overflows && !count_syn_queue {
         return;
     }
     let off = offsets();
-    // The SYN-queue test comes first: a SYN it drops (syncookies off) is
-    // not an overflow. A SYN that matched a TIME_WAIT socket skips it.
     let isn: u32 = unsafe { read_at(skb, off.skb_tcp_tw_isn) }.unwrap_or(0);
     if isn == 0 {
         let net: u64 = unsafe { read_at(sk, off.skc_net) }.unwrap_or(0);
         let syncookies: u8 = if net == 0 { 1 } else { unsafe { read_at(net, off.net_tcp_syncookies) }.unwrap_or(1) };
         let syn_queue: u32 = unsafe { read_at(sk, off.icsk_syn_queue_len) }.unwrap_or(0);
         let backlog: u32 = unsafe { read_at(sk, off.sock_max_ack_backlog) }.unwrap_or(u32::MAX);
-        if syncookies == 0 && syn_queue > backlog {
-            return;
+        // `inet_csk_reqsk_queue_is_full`: `>=` before the 2024 fix, `>`
+        // since (userspace asked this kernel which, `Config`).
+        let syn_queue_full =
+            if cfg.syn_queue_full_at_backlog != 0 { syn_queue >= backlog } else { syn_queue > backlog };
+        if syncookies == 2 || syn_queue_full {
+            if count_syn_queue {
+                let reason = if syncookies != 0 { listener_drop::SYN_COOKIE } else { listener_drop::SYN_DROP };
+                count_listener_drop(sk, reason);
+            }
+            if syncookies == 0 {
+                return;
+            }
         }
     }
-    count_overflow(sk);
+    if overflows {
+        count_overflow(sk);
+    }
 }
 
 #[inline(always)]
@@ -125,14 +147,20 @@ fn on_last_ack_v6(sk: u64, skb: u64) {
     }
 }
 
-/// Charge one overflow to the listener and its owner (recorded at
-/// listen(); tgid 0 in the socket's cgroup for a listener older than
-/// observer, whose owner userspace finds).
+/// Charge one overflow to the listener and its owner.
 #[inline(always)]
 fn count_overflow(sk: u64) {
+    count_listener_drop(sk, listener_drop::OVERFLOW);
+}
+
+/// Charge one drop (`reason`, observer-common's `listener_drop`) to the
+/// listener and its owner (recorded at listen(); tgid 0 in the socket's
+/// cgroup for a listener older than observer, whose owner userspace finds).
+#[inline(always)]
+pub fn count_listener_drop(sk: u64, reason: u32) {
     let owner = sock_owner(sk);
     let listener = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
-    if !bump_listen_overflow(&ListenOverflowKey { owner, listener }) {
+    if !bump_listener_drop(&ListenerDropKey { owner, listener, reason, _pad: 0 }) {
         count_lost(lost::LISTEN_OVERFLOWS_FULL);
     }
 }

@@ -17,7 +17,7 @@ use observer_common::{AF_INET6, Actor, ConnectErrorKey, ConnectionKey, buffers, 
 
 use crate::{
     attribution::{Identity, PodKey, PodLabels, pod_key},
-    collect::Deltas,
+    collect::{Deltas, DropReason},
     export::contract,
 };
 
@@ -62,10 +62,11 @@ pub enum Counter {
     ConnectionsClosed,
     Handshakes,
     HandshakeRetransmits,
+    SynQueueFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 9] = [
+    pub const ALL: [Counter; 10] = [
         Counter::Connects,
         Counter::Accepts,
         Counter::TimeWaitEntries,
@@ -75,6 +76,7 @@ impl Counter {
         Counter::ConnectionsClosed,
         Counter::Handshakes,
         Counter::HandshakeRetransmits,
+        Counter::SynQueueFull,
     ];
 
     /// The instrument it is exported as.
@@ -89,6 +91,7 @@ impl Counter {
             Counter::ConnectionsClosed => &contract::TCP_CONNECTIONS_CLOSED,
             Counter::Handshakes => &contract::TCP_HANDSHAKES,
             Counter::HandshakeRetransmits => &contract::TCP_HANDSHAKE_RETRANSMITS,
+            Counter::SynQueueFull => &contract::TCP_SYN_QUEUE_FULL,
         }
     }
 
@@ -160,6 +163,31 @@ pub struct OverflowSeries {
     pub who: Who,
     pub network: NetworkType,
     pub port: u16,
+}
+
+/// What the kernel did with a SYN that met a full SYN queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SynQueueAction {
+    /// Answered with a SYN cookie (no queued request).
+    Syncookie,
+    /// Dropped (syncookies off): the client resends it in 1 s.
+    Drop,
+}
+
+impl SynQueueAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SynQueueAction::Syncookie => "syncookie",
+            SynQueueAction::Drop => "drop",
+        }
+    }
+}
+
+/// A listener's SYNs met with a full SYN queue, by what became of them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SynQueueSeries {
+    pub listener: OverflowSeries,
+    pub action: SynQueueAction,
 }
 
 /// Which way a connection goes.
@@ -258,6 +286,7 @@ pub struct SeriesStore {
     pub time_wait_entries: BTreeMap<ProcSeries, u64>,
     pub connect_errors: BTreeMap<ErrorSeries, u64>,
     pub listen_overflows: BTreeMap<OverflowSeries, u64>,
+    pub syn_queue_full: BTreeMap<SynQueueSeries, u64>,
     pub connections_established: BTreeMap<ConnectionSeries, u64>,
     /// By lifetime (`durations`): one series per bound.
     pub connections_closed: BTreeMap<ConnectionSeries, durations::Lifetimes>,
@@ -437,6 +466,7 @@ impl SeriesStore {
             Counter::ConnectionsClosed => self.connections_closed.len() * durations::LIFETIME_BUCKETS,
             Counter::Handshakes => self.handshakes.len() * durations::HANDSHAKE_BUCKETS,
             Counter::HandshakeRetransmits => self.handshake_retransmits.len(),
+            Counter::SynQueueFull => self.syn_queue_full.len(),
         }
     }
 
@@ -491,8 +521,20 @@ impl SeriesStore {
             };
             let capped = series.who == Who::Other;
             let fold = |s: &OverflowSeries| OverflowSeries { who: Who::Other, network: s.network, port: OTHER_PORT };
-            if add(&mut self.listen_overflows, series, fold, drop.drops, max) || capped {
-                *self.folded.entry(Counter::ListenOverflows).or_default() += 1;
+            let action = match drop.reason {
+                DropReason::Overflow => {
+                    if add(&mut self.listen_overflows, series, fold, drop.drops, max) || capped {
+                        *self.folded.entry(Counter::ListenOverflows).or_default() += 1;
+                    }
+                    continue;
+                }
+                DropReason::SynCookie => SynQueueAction::Syncookie,
+                DropReason::SynDrop => SynQueueAction::Drop,
+            };
+            let series = SynQueueSeries { listener: series, action };
+            let fold = |s: &SynQueueSeries| SynQueueSeries { listener: fold(&s.listener), action: s.action };
+            if add(&mut self.syn_queue_full, series, fold, drop.drops, max) || capped {
+                *self.folded.entry(Counter::SynQueueFull).or_default() += 1;
             }
         }
         for (key, counts) in &deltas.connections {
@@ -589,6 +631,7 @@ impl SeriesStore {
         self.time_wait_entries.retain(|s, _| keep(&s.who));
         self.connect_errors.retain(|s, _| keep(&s.who));
         self.listen_overflows.retain(|s, _| keep(&s.who));
+        self.syn_queue_full.retain(|s, _| keep(&s.listener.who));
         self.connections_established.retain(|s, _| keep(&s.who));
         self.connections_closed.retain(|s, _| keep(&s.who));
         self.handshakes.retain(|s, _| keep(&s.who));

@@ -44,9 +44,11 @@ fn auto_picks_for_each_hook_the_first_mode_that_works_alone() {
     if std::env::var_os("OBSERVER_TEST_TRAMPOLINES").is_some() {
         assert!(fentry.is_ok() || only_overflow_lacks_trampolines(&fentry), "fentry mode: {:?}", fentry.err());
     }
-    for hook in HOOKS {
-        if only_overflow_lacks_trampolines(&fentry) && hook.name != hooks::LISTEN_OVERFLOW {
-            // Every hook before it attached on trampolines.
+    let overflow_at = HOOKS.iter().position(|h| h.name == hooks::LISTEN_OVERFLOW).unwrap();
+    for (i, hook) in HOOKS.iter().enumerate() {
+        if only_overflow_lacks_trampolines(&fentry) && i < overflow_at {
+            // Every hook before it attached on trampolines (those after it
+            // are compared with the kprobe mode's, below).
             assert!(matches!(auto[hook.name], Mode::Fentry | Mode::Fexit), "hook {}: {:?}", hook.name, auto);
             continue;
         }
@@ -96,6 +98,8 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
         assert_eq!(auto["inet_stream_connect"], Mode::Tracepoint);
         assert_eq!(auto["tcp_time_wait"], Mode::BtfTracepoint);
         assert_eq!(auto["listen_overflow"], Mode::SockDiag);
+        // Only a kernel function sees a full SYN queue: absent, and said.
+        assert_eq!(auto["syn_queue_full"], Mode::Absent);
     }
 }
 
@@ -120,7 +124,7 @@ fn each_hook_says_whether_the_kernel_counts_its_skipped_runs() {
             let counted = match a.mode {
                 Mode::Fentry | Mode::Fexit | Mode::BtfTracepoint => kernel >= (5, 12),
                 Mode::Kprobe | Mode::Kretprobe | Mode::Tracepoint => kernel >= (6, 7),
-                Mode::SockDiag => false,
+                Mode::SockDiag | Mode::Absent => false,
             };
             let want = match (a.programs.is_empty(), counted) {
                 (true, _) => SkippedRuns::NoProgram,

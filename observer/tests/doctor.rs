@@ -128,7 +128,7 @@ fn a_pod_names_its_namespace_and_pod_scopes_to_it() {
     );
     let mut server = Command::new("sh").args(["-c", &script]).stdout(std::process::Stdio::null()).spawn().unwrap();
     let pid = server.id();
-    let listening = || ns.command("ss").args(["-Htln", "sport = :7500"]).output().unwrap().stdout.len() > 0;
+    let listening = || !ns.command("ss").args(["-Htln", "sport = :7500"]).output().unwrap().stdout.is_empty();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !listening() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -870,8 +870,8 @@ function(config)
       {
         id: 15,
         type: 'timeseries',
-        title: 'Listen overflows by owner and port',
-        description: "Connections a listener dropped because its accept queue was full, by the process owning it and its port. Next: is the owner stuck (CPU, GC, a slow accept loop)? Compare its backlog (`ss -lnt sport = :<port>`, Send-Q) with the burst; raise listen()'s backlog and net.core.somaxconn together.",
+        title: 'Listen overflows and full SYN queues by owner and port',
+        description: "Connections a listener dropped because its accept queue was full, by the process owning it and its port. Next: is the owner stuck (CPU, GC, a slow accept loop)? Compare its backlog (`ss -lnt sport = :<port>`, Send-Q) with the burst; raise listen()'s backlog and net.core.somaxconn together. Beside them, SYNs that met a full SYN queue (handshakes not completing as fast as SYNs come: a SYN flood, or clients whose last ACK is lost): `syncookie`, answered with SYN cookies; `drop`, dropped (syncookies off: each client waits 1 s). Counted where fentry or kprobes work; observer_probe_info{observer_hook=\"syn_queue_full\"} says `none` where not.",
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -902,6 +902,17 @@ function(config)
             },
             expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (rate(observer_tcp_listen_overflows_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval]))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}} port {{server_port}}',
+            range: true,
+            instant: false,
+          },
+          {
+            refId: 'B',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port, observer_syn_queue_action) (rate(observer_tcp_syn_queue_full_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval]))',
+            legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}} port {{server_port}}: SYN queue full, {{observer_syn_queue_action}}',
             range: true,
             instant: false,
           },

@@ -6,7 +6,7 @@
 //! no room today.
 use aya::maps::{Array, HashMap as AyaHashMap, MapData, PerCpuHashMap};
 use observer_common::{
-    Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenOverflowKey, ProcCounters, ProcKey,
+    Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenerDropKey, ProcCounters, ProcKey,
     names::maps,
 };
 
@@ -19,7 +19,7 @@ pub struct Buffers {
     pub proc_counters: [PerCpuHashMap<MapData, ProcKey, ProcCounters>; 2],
     pub connect_errors: [PerCpuHashMap<MapData, ConnectErrorKey, u64>; 2],
     pub keys_created: [AyaHashMap<MapData, u32, KeysCreated>; 2],
-    pub listen_overflows: [PerCpuHashMap<MapData, ListenOverflowKey, u64>; 2],
+    pub listen_overflows: [PerCpuHashMap<MapData, ListenerDropKey, u64>; 2],
     pub connections: [AyaHashMap<MapData, ConnectionKey, ConnectionCounts>; 2],
 }
 
@@ -28,7 +28,7 @@ pub struct Buffers {
 pub struct Interval {
     pub procs: Vec<(ProcKey, ProcCounters)>,
     pub connect_errors: Vec<(ConnectErrorKey, u64)>,
-    pub listen_overflows: Vec<(ListenOverflowKey, u64)>,
+    pub listen_overflows: Vec<(ListenerDropKey, u64)>,
     pub connections: Vec<(ConnectionKey, ConnectionCounts)>,
 }
 

@@ -30,7 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_common::{Actor, ClosedListener, ListenerKey};
+use observer_common::{Actor, ClosedListener, ListenerKey, listener_drop};
 
 use super::since;
 use crate::node::sock_diag::Listener;
@@ -43,7 +43,31 @@ pub struct ListenerDrops {
     pub netns: u32,
     pub family: u16,
     pub port: u16,
+    pub reason: DropReason,
     pub drops: u64,
+}
+
+/// Why a listener turned connections away, as the kernel counts it
+/// (observer-common's `listener_drop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// The accept queue was full (TcpExtListenOverflows); the only reason
+    /// the listeners' drop counters, read by the sweep, stand for.
+    Overflow,
+    /// The SYN queue was full: a SYN cookie answered the SYN.
+    SynCookie,
+    /// The SYN queue was full, syncookies off: the SYN was dropped.
+    SynDrop,
+}
+
+impl DropReason {
+    pub fn from_kernel(reason: u32) -> Self {
+        match reason {
+            listener_drop::SYN_COOKIE => DropReason::SynCookie,
+            listener_drop::SYN_DROP => DropReason::SynDrop,
+            _ => DropReason::Overflow,
+        }
+    }
 }
 
 /// How long the listeners of a namespace missing from the sweeps are
@@ -104,6 +128,7 @@ impl ListenerTracker {
                     netns: c.listener.netns,
                     family: c.listener.family,
                     port: c.listener.port,
+                    reason: DropReason::Overflow,
                     drops: delta,
                 });
             }
@@ -157,7 +182,14 @@ impl ListenerTracker {
             self.last.insert(l.cookie, (l.netns, l.drops));
             if delta > 0 && self.count_drops {
                 let owner = self.owner(l.cookie).unwrap_or_default();
-                out.push(ListenerDrops { owner, netns: l.netns, family: l.family, port: l.port, drops: delta });
+                out.push(ListenerDrops {
+                    owner,
+                    netns: l.netns,
+                    family: l.family,
+                    port: l.port,
+                    reason: DropReason::Overflow,
+                    drops: delta,
+                });
             }
         }
         // Forget closed listeners, so the maps stay as big as what exists;
@@ -242,7 +274,17 @@ mod tests {
             t.update(Instant::now(), &[listener(1, 5)], &swept(), |_| Some(owner(7)), |_| HashMap::new()).is_empty()
         );
         let d = t.update(Instant::now(), &[listener(1, 8)], &swept(), |_| Some(owner(7)), |_| HashMap::new());
-        assert_eq!(d, vec![ListenerDrops { owner: owner(7), netns: 1, family: 2, port: 8080, drops: 3 }]);
+        assert_eq!(
+            d,
+            vec![ListenerDrops {
+                owner: owner(7),
+                netns: 1,
+                family: 2,
+                port: 8080,
+                reason: DropReason::Overflow,
+                drops: 3
+            }]
+        );
     }
 
     #[test]
@@ -306,7 +348,17 @@ mod tests {
         );
         // 5 more, then it closes; this round's sweep read it at 4.
         let d = t.closed(&[closing(6, 7, 9)]);
-        assert_eq!(d, vec![ListenerDrops { owner: owner(9), netns: 1, family: 2, port: 8080, drops: 5 }]);
+        assert_eq!(
+            d,
+            vec![ListenerDrops {
+                owner: owner(9),
+                netns: 1,
+                family: 2,
+                port: 8080,
+                reason: DropReason::Overflow,
+                drops: 5
+            }]
+        );
         assert!(
             t.update(Instant::now(), &[listener(6, 4)], &swept(), |_| Some(owner(9)), |_| HashMap::new()).is_empty()
         );

@@ -18,11 +18,11 @@ use std::{
 
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue};
 pub use buffers::Buffers;
-pub use listeners::{ListenerDrops, ListenerTracker};
+pub use listeners::{DropReason, ListenerDrops, ListenerTracker};
 pub use lru::{LruMaps, MapFill};
 use observer_common::{
-    Actor, ClosedListener, ConnectErrorKey, ConnectionCounts, ConnectionKey, ListenOverflowKey, ListenerKey,
-    ProcCounters, ProcKey, capacity, lost, names::maps,
+    Actor, ClosedListener, ConnectErrorKey, ConnectionCounts, ConnectionKey, ListenerDropKey, ListenerKey,
+    ProcCounters, ProcKey, capacity, listener_drop, lost, names::maps,
 };
 
 use crate::{
@@ -342,7 +342,8 @@ impl Collector {
         // Overflows: as the programs counted them, or from the drop
         // counters, of listeners that closed and of those the sweep read.
         deltas.listen_drops = self.listen_overflows(&interval.listen_overflows, &listeners);
-        for (key, n) in &interval.listen_overflows {
+        // The namespaces' own overflow counts check overflows alone.
+        for (key, n) in interval.listen_overflows.iter().filter(|(k, _)| k.reason == listener_drop::OVERFLOW) {
             *self.overflows_by_netns.entry(key.listener.netns).or_default() += n;
         }
         let closed = self.take_closed_listeners();
@@ -482,7 +483,7 @@ impl Collector {
     /// the one the sweep found for that listener, if it still exists.
     fn listen_overflows(
         &self,
-        counted: &[(ListenOverflowKey, u64)],
+        counted: &[(ListenerDropKey, u64)],
         listeners: &[sock_diag::Listener],
     ) -> Vec<ListenerDrops> {
         counted
@@ -496,7 +497,14 @@ impl Collector {
                     self.listeners.owner(swept.cookie)
                 };
                 let owner = if key.owner.tgid == 0 { found().unwrap_or(key.owner) } else { key.owner };
-                ListenerDrops { owner, netns: l.netns, family: l.family, port: l.port, drops: *n }
+                ListenerDrops {
+                    owner,
+                    netns: l.netns,
+                    family: l.family,
+                    port: l.port,
+                    reason: DropReason::from_kernel(key.reason),
+                    drops: *n,
+                }
             })
             .collect()
     }

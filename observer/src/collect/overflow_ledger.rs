@@ -128,10 +128,19 @@ fn share(drops: Vec<ListenerDrops>, take: u64, total: u64) -> Vec<ListenerDrops>
 mod tests {
     use observer_common::Actor;
 
+    use crate::collect::DropReason;
+
     use super::*;
 
     fn drops(netns: u32, port: u16, n: u64) -> ListenerDrops {
-        ListenerDrops { owner: Actor { tgid: u32::from(port), ..Actor::default() }, netns, family: 2, port, drops: n }
+        ListenerDrops {
+            owner: Actor { tgid: u32::from(port), ..Actor::default() },
+            netns,
+            family: 2,
+            port,
+            reason: DropReason::Overflow,
+            drops: n,
+        }
     }
 
     fn counts(pairs: &[(u32, u64)]) -> impl Fn(u32) -> Option<u64> + '_ {

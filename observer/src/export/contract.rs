@@ -274,8 +274,29 @@ pub const TCP_LISTEN_OVERFLOWS: Instrument = Instrument {
     name: "observer.tcp.listen_overflows",
     kind: Kind::Counter,
     unit: "{connection}",
-    description: "Connections a listener dropped because its accept (or SYN) queue was full, by owner and port",
+    description: "Connections a listener dropped because its accept queue was full (TcpExtListenOverflows), by \
+                  owner and port; SYNs meeting a full SYN queue are observer.tcp.syn_queue_full",
     attributes: &[PROCESS, NETWORK_TYPE, LISTENER_PORT],
+};
+
+const SYN_QUEUE_ACTION: &[Attribute] = &[Attribute {
+    key: "observer.syn_queue.action",
+    ty: Type::String,
+    meaning: "What the kernel did with the SYN: `syncookie`, answered with a SYN cookie instead of a queued \
+              request (TcpExtTCPReqQFullDoCookies; the connection can still complete); `drop`, dropped with \
+              syncookies off (TcpExtTCPReqQFullDrop; the client resends it 1 s later)",
+}];
+
+pub const TCP_SYN_QUEUE_FULL: Instrument = Instrument {
+    name: "observer.tcp.syn_queue_full",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    description: "SYNs a listener received with its SYN queue (requests awaiting the handshake's last ACK) full, \
+                  or with net.ipv4.tcp_syncookies=2, by owner, port and what the kernel did instead of queueing \
+                  them; a SYN flood, or clients whose last ACK is lost. Counted where the kernel counts them \
+                  (tcp_syn_flood_action, fentry or kprobe): absent where that cannot be attached \
+                  (observer_probe_info{observer_hook=\"syn_queue_full\",observer_probe_mode=\"none\"})",
+    attributes: &[PROCESS, NETWORK_TYPE, LISTENER_PORT, SYN_QUEUE_ACTION],
 };
 
 pub const TCP_CONNECTIONS_ESTABLISHED: Instrument = Instrument {
@@ -669,6 +690,11 @@ pub const EXPORT_PENDING_BATCHES: Instrument = Instrument {
     attributes: &[EXPORTER],
 };
 
+/// Instruments only one hook counts, by that hook's name: absent on a
+/// kernel where the hook cannot attach (`observer_probe_info` then says
+/// `observer_probe_mode="none"` for it), never approximated another way.
+pub const ONLY_WITH_HOOK: &[(&Instrument, &str)] = &[(&TCP_SYN_QUEUE_FULL, crate::probes::hooks::SYN_QUEUE_FULL)];
+
 /// Every instrument, in the order of `docs/metrics.md`.
 pub const ALL: &[&Instrument] = &[
     &TCP_CONNECTS,
@@ -680,6 +706,7 @@ pub const ALL: &[&Instrument] = &[
     &TCP_CONNECTIONS_CLOSED,
     &TCP_HANDSHAKES,
     &TCP_HANDSHAKE_RETRANSMITS,
+    &TCP_SYN_QUEUE_FULL,
     &TCP_CONNECTION_USAGE,
     &TCP_CONNECTION_LIMIT,
     &OPEN_FILE_DESCRIPTORS,

@@ -1,6 +1,7 @@
 //! The signals' counters: connects, accepts, TIME_WAIT entries, connect()
-//! errors by errno and destination, listen overflows, per process; and the
-//! connections: established, closed by lifetime, open now.
+//! errors by errno and destination, listen overflows and full SYN queues,
+//! per process; and the connections: established, closed by lifetime,
+//! open now.
 use std::sync::Arc;
 
 use opentelemetry::{KeyValue, metrics::Meter};
@@ -56,6 +57,20 @@ pub(super) fn register(meter: &Meter, published: &Arc<Published>) {
             } else {
                 attrs.push(KeyValue::new("server.port", s.port as i64));
             }
+            obs.observe(*value, &attrs);
+        }
+    });
+
+    u64_counter(meter, published, Counter::SynQueueFull.contract(), move |st, obs| {
+        for (s, value) in &st.series.syn_queue_full {
+            let mut attrs = Vec::with_capacity(5);
+            who_attrs(&s.listener.who, s.listener.network, &mut attrs);
+            if s.listener.port == OTHER_PORT {
+                mark_overflow(&mut attrs);
+            } else {
+                attrs.push(KeyValue::new("server.port", s.listener.port as i64));
+            }
+            attrs.push(KeyValue::new("observer.syn_queue.action", s.action.as_str()));
             obs.observe(*value, &attrs);
         }
     });

@@ -119,7 +119,7 @@ fn read_text(file: &File) -> io::Result<String> {
 
 /// netstat's `TcpExt:` counters by name: a line of names, then a line of
 /// values (procfs parses snmp but not netstat).
-fn tcp_ext(text: &str) -> Option<impl Fn(&str) -> Option<u64> + '_> {
+pub(crate) fn tcp_ext(text: &str) -> Option<impl Fn(&str) -> Option<u64> + '_> {
     let mut lines = text.lines().filter_map(|l| l.strip_prefix("TcpExt:"));
     let (names, values) = (lines.next()?, lines.next()?);
     Some(move |name: &str| {

@@ -26,6 +26,8 @@ pub enum Mode {
     Tracepoint,
     BtfTracepoint,
     SockDiag,
+    /// Not counted: this kernel offers the hook no place to attach.
+    Absent,
 }
 
 impl fmt::Display for Mode {
@@ -38,6 +40,7 @@ impl fmt::Display for Mode {
             Mode::Tracepoint => "tracepoint",
             Mode::BtfTracepoint => "tp_btf",
             Mode::SockDiag => "sock_diag",
+            Mode::Absent => "none",
         })
     }
 }
@@ -98,6 +101,7 @@ enum Flag {
     ConnectsFromSyscall,
     TimeWaitFromState,
     ListenDropsFromSweep,
+    SynQueueFromConnRequest,
 }
 
 /// What a way needs of this kernel besides its function: Err says why not.
@@ -172,12 +176,29 @@ enum Way {
         via: &'static str,
         twin: Option<BtfTwin>,
     },
+    /// Counted by the listen_overflow hook's program at `tcp_conn_request`
+    /// (the kernel's test repeated at its entry) once `flag` tells it to;
+    /// only where that hook attached there (fentry or kprobe), in its mode.
+    AtConnRequest {
+        flag: Flag,
+        via: &'static str,
+    },
+    /// The last resort of a hook that only a function can count (no
+    /// tracepoint sees its event), allowed in every mode: where the
+    /// function cannot be attached, the signal is absent and
+    /// `observer_probe_info` says why (`mode="none"`), rather than the
+    /// whole mode failing for one optional signal.
+    Absent {
+        why: &'static str,
+    },
 }
 
 impl Way {
     fn allowed_in(&self, mode: AttachMode) -> bool {
         match mode {
             AttachMode::Auto => true,
+            _ if matches!(self, Way::Absent { .. }) => true,
+            AttachMode::Fentry | AttachMode::Kprobe if matches!(self, Way::AtConnRequest { .. }) => true,
             AttachMode::Fentry => {
                 matches!(self, Way::Fentry { .. } | Way::Fexit { .. } | Way::FentryFexit { .. } | Way::Fentries { .. })
             }
@@ -210,6 +231,9 @@ impl Way {
             Way::Tracepoints(_) => Mode::Tracepoint,
             Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
             Way::SharedTracepoint { mode, .. } => *mode,
+            // The overflow program's mode, which `attach_all` reports.
+            Way::AtConnRequest { .. } => Mode::Fentry,
+            Way::Absent { .. } => Mode::Absent,
         }
     }
 
@@ -227,7 +251,7 @@ impl Way {
             Way::Fentries { programs, .. } | Way::Kprobes { programs, .. } => {
                 programs.iter().map(|(prog, _)| *prog).collect()
             }
-            Way::SharedTracepoint { .. } => Vec::new(),
+            Way::SharedTracepoint { .. } | Way::AtConnRequest { .. } | Way::Absent { .. } => Vec::new(),
         }
     }
 }
@@ -242,6 +266,9 @@ struct BtfTwin {
 /// The hook counting listen-queue overflows (its mode decides where the
 /// collector takes the counts from).
 pub const LISTEN_OVERFLOW: &str = "listen_overflow";
+
+/// The hook counting SYNs that met a full SYN queue.
+pub const SYN_QUEUE_FULL: &str = "syn_queue_full";
 
 pub struct Hook {
     pub name: &'static str,
@@ -351,6 +378,25 @@ pub static HOOKS: &[Hook] = &[
             },
         ],
     },
+    // Where the kernel counts TcpExtTCPReqQFullDoCookies/Drop
+    // (observer-ebpf's syn_queue.rs). A static function: a kernel may have
+    // inlined it, and no tracepoint sees the event.
+    Hook {
+        name: SYN_QUEUE_FULL,
+        ways: &[
+            Way::Fentry { prog: programs::SYN_QUEUE_FULL_FENTRY, function: "tcp_syn_flood_action", twin: None },
+            Way::Kprobe { prog: programs::SYN_QUEUE_FULL_KPROBE, function: "tcp_syn_flood_action", flag: None },
+            Way::AtConnRequest {
+                flag: Flag::SynQueueFromConnRequest,
+                via: "tcp_conn_request (tcp_syn_flood_action inlined: the kernel's SYN-queue test repeated at entry, \
+                      in the listen_overflow program)",
+            },
+            Way::Absent {
+                why: "SYNs meeting a full SYN queue are counted only at tcp_syn_flood_action (fentry or kprobe), \
+                      which this kernel or --attach-mode does not allow; no tracepoint sees them",
+            },
+        ],
+    },
 ];
 
 const OVERFLOW_FENTRIES: &[(&str, &str)] = &[
@@ -414,12 +460,13 @@ pub(super) fn attach_all(
     kernel: &KernelFacts,
     mode: AttachMode,
 ) -> Result<Vec<Attachment>, Error> {
-    let mut attached = Vec::new();
-    let mut config = Config::default();
+    let mut attached: Vec<Attachment> = Vec::new();
+    let mut config =
+        Config { syn_queue_full_at_backlog: u32::from(kernel.syn_queue_full_at_backlog), ..Config::default() };
     for hook in HOOKS {
-        let (way, target) = attach_hook(ebpf, btf, kernel, hook, mode)?;
+        let (way, target) = attach_hook(ebpf, btf, kernel, hook, mode, &attached)?;
         let flag = match way {
-            Way::SharedTracepoint { flag, .. } => Some(flag),
+            Way::SharedTracepoint { flag, .. } | Way::AtConnRequest { flag, .. } => Some(flag),
             Way::Kprobe { flag, .. } => flag.as_ref(),
             _ => None,
         };
@@ -427,15 +474,20 @@ pub(super) fn attach_all(
             Some(Flag::ConnectsFromSyscall) => config.connects_from_syscall = 1,
             Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
             Some(Flag::ListenDropsFromSweep) => config.listen_drops_from_sweep = 1,
+            Some(Flag::SynQueueFromConnRequest) => config.syn_queue_from_conn_request = 1,
             None => {}
         }
         // Before the next hooks and the shared programs attach, so no
         // program runs without the flags of the hooks before it.
         write_config(ebpf, config)?;
-        attached.push(Attachment::of(hook, way, target));
+        let mut attachment = Attachment::of(hook, way, target);
+        if let Way::AtConnRequest { .. } = way {
+            attachment.mode = overflow_programs_mode(&attached).unwrap_or(attachment.mode);
+        }
+        attached.push(attachment);
     }
     for hook in ALWAYS {
-        let (way, target) = attach_hook(ebpf, btf, kernel, hook, AttachMode::Auto)?;
+        let (way, target) = attach_hook(ebpf, btf, kernel, hook, AttachMode::Auto, &[])?;
         attached.push(Attachment::of(hook, way, target));
     }
     Ok(attached)
@@ -449,6 +501,7 @@ fn attach_hook(
     kernel: &KernelFacts,
     hook: &'static Hook,
     mode: AttachMode,
+    earlier: &[Attachment],
 ) -> Result<(&'static Way, String), Error> {
     let mut tried = Vec::new();
     // Ways for another kernel than this one (e.g. another prototype of the
@@ -459,10 +512,18 @@ fn attach_hook(
             not_here.push(format!("{}: {why}", way.mode()));
             continue;
         }
+        if matches!(way, Way::AtConnRequest { .. }) && overflow_programs_mode(earlier).is_none() {
+            tried.push(format!("{LISTEN_OVERFLOW}'s programs: not attached at tcp_conn_request here"));
+            continue;
+        }
         match try_way(ebpf, btf, way) {
             Ok(target) => {
                 if !tried.is_empty() {
-                    tracing::info!(hook = hook.name, failed = %tried.join("; "), using = %way.mode(), "falling back");
+                    let using = match way {
+                        Way::AtConnRequest { .. } => overflow_programs_mode(earlier).unwrap_or(way.mode()),
+                        _ => way.mode(),
+                    };
+                    tracing::info!(hook = hook.name, failed = %tried.join("; "), %using, "falling back");
                 }
                 return Ok((way, target));
             }
@@ -612,7 +673,15 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             }
             Ok(via.to_string())
         }
+        Way::AtConnRequest { via, .. } => Ok(via.to_string()),
+        Way::Absent { why } => Ok(why.to_string()),
     }
+}
+
+/// The mode the listen_overflow hook's programs run in at
+/// `tcp_conn_request`, if it attached there.
+fn overflow_programs_mode(attached: &[Attachment]) -> Option<Mode> {
+    attached.iter().find(|a| a.hook == LISTEN_OVERFLOW && matches!(a.mode, Mode::Fentry | Mode::Kprobe)).map(|a| a.mode)
 }
 
 /// Attach each (program, function) of `programs` with `attach`; if one

@@ -5,6 +5,7 @@ pub mod hooks;
 pub mod offsets;
 pub mod privileges;
 pub mod stats;
+pub mod syn_queue_test;
 
 use std::{fmt, path::Path};
 
@@ -12,7 +13,7 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap, Queue},
 };
-pub use hooks::{Attachment, HOOKS, Hook, SkippedRuns};
+pub use hooks::{Attachment, HOOKS, Hook, Mode, SkippedRuns};
 use observer_common::{Config, capacity, names::maps};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
@@ -104,7 +105,11 @@ impl Probes {
         for a in &mut attachments {
             let own: Vec<&ProgramHandle> = programs.iter().filter(|p| p.hook == a.hook).collect();
             a.skipped_runs = stats::skipped_runs(&own);
-            info!(hook = a.hook, mode = %a.mode, target = %a.target, missed_events = a.skipped_runs.as_str(), "attached");
+            if a.mode == Mode::Absent {
+                tracing::warn!(hook = a.hook, "not attached, its signal is absent: {}", a.target);
+            } else {
+                info!(hook = a.hook, mode = %a.mode, target = %a.target, missed_events = a.skipped_runs.as_str(), "attached");
+            }
         }
         let uncounted: Vec<&str> =
             attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();

@@ -89,6 +89,9 @@ pub struct KernelFacts {
     /// The parameters of `tcp_v4_syn_recv_sock` (6; 7 where a stable
     /// backport added one, as Debian's 6.1 and 6.12 have; 0: not in BTF).
     pub syn_recv_sock_params: u32,
+    /// Whether the SYN queue is full at its backlog (`>=`) rather than above
+    /// it, as this kernel answered (`syn_queue_test`).
+    pub syn_queue_full_at_backlog: bool,
 }
 
 impl KernelFacts {
@@ -99,6 +102,15 @@ impl KernelFacts {
             version,
             inet_csk_accept_params: r.parameters("inet_csk_accept").unwrap_or(0),
             syn_recv_sock_params: r.parameters("tcp_v4_syn_recv_sock").unwrap_or(0),
+            syn_queue_full_at_backlog: super::syn_queue_test::full_at_backlog().unwrap_or_else(|why| {
+                tracing::warn!(
+                    "could not ask this kernel when a SYN queue is full ({why}): taking the test of Linux 6.13 and \
+                     the 2025 stable kernels (above the backlog); on an older kernel, SYNs meeting a full SYN \
+                     queue counted at tcp_conn_request (observer_tcp_syn_queue_full_total, where \
+                     tcp_syn_flood_action cannot be hooked) are missed"
+                );
+                false
+            }),
         })
     }
 }

@@ -81,7 +81,7 @@ pub fn skips_counted(mode: Mode, kernel: (u32, u32), has_field: bool) -> bool {
         && match mode {
             Mode::Fentry | Mode::Fexit | Mode::BtfTracepoint => true,
             Mode::Kprobe | Mode::Kretprobe | Mode::Tracepoint => kernel >= (6, 7),
-            Mode::SockDiag => false,
+            Mode::SockDiag | Mode::Absent => false,
         }
 }
 

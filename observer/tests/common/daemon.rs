@@ -90,3 +90,19 @@ pub fn scrape_until(daemon: &Daemon, limit: Duration, done: impl Fn(&str) -> boo
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The instruments a scrape may lack because the only hook counting them
+/// could not attach on this kernel, as its `observer_probe_info` says
+/// (`observer_probe_mode="none"`): their Prometheus names.
+#[allow(dead_code, reason = "not every test binary checks every instrument")]
+pub fn said_absent(body: &str) -> Vec<String> {
+    observer::export::contract::ONLY_WITH_HOOK
+        .iter()
+        .filter(|(_, hook)| {
+            let labels = [format!("observer_hook=\"{hook}\""), "observer_probe_mode=\"none\"".to_string()];
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            observer_testing::http::sample(body, "observer_probe_info", &labels).is_some()
+        })
+        .map(|(instrument, _)| instrument.prometheus_name())
+        .collect()
+}

@@ -54,7 +54,7 @@ use std::{
 };
 
 use observer::{
-    collect::ListenerDrops,
+    collect::{DropReason, ListenerDrops},
     config::RunConfig,
     probes::{AttachMode, Probes},
     round::Rounds,
@@ -211,9 +211,15 @@ impl Observer {
         self.errors.iter().filter(|(k, _)| k.actor.tgid == pid).map(|(_, n)| n).sum()
     }
 
-    /// Listen drops charged to `pid` on `port`.
+    /// Listen overflows charged to `pid` on `port`.
     pub fn listen_drops(&self, pid: u32, port: u16) -> u64 {
-        self.drops.iter().filter(|d| d.owner.tgid == pid && d.port == port).map(|d| d.drops).sum()
+        self.listener_drops(pid, port, DropReason::Overflow)
+    }
+
+    /// Connections `pid`'s listener on `port` turned away for `reason`.
+    pub fn listener_drops(&self, pid: u32, port: u16, reason: DropReason) -> u64 {
+        let of = |d: &&ListenerDrops| d.owner.tgid == pid && d.port == port && d.reason == reason;
+        self.drops.iter().filter(of).map(|d| d.drops).sum()
     }
 
     /// The executable name observer recorded for `pid`.

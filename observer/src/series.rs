@@ -747,6 +747,36 @@ mod tests {
     }
 
     #[test]
+    fn a_listeners_full_syn_queue_is_counted_apart_from_its_overflows_and_folds_by_action() {
+        use crate::collect::{DropReason, ListenerDrops};
+        let drops = |tgid: u32, port: u16, reason: DropReason, drops: u64| ListenerDrops {
+            owner: actor(tgid, "nginx"),
+            netns: 1,
+            family: AF_INET,
+            port,
+            reason,
+            drops,
+        };
+        let mut s = SeriesStore::new(Limits { max_series: 2, ..Limits::DEFAULT });
+        s.apply(&Deltas {
+            listen_drops: vec![
+                drops(1, 80, DropReason::Overflow, 3),
+                drops(1, 80, DropReason::SynCookie, 5),
+                drops(1, 80, DropReason::SynDrop, 7),
+                drops(1, 443, DropReason::SynDrop, 11),
+            ],
+            ..Default::default()
+        });
+        assert_eq!(s.listen_overflows.values().sum::<u64>(), 3, "overflows alone");
+        let by_action = |action| s.syn_queue_full.iter().filter(|(k, _)| k.action == action).map(|(_, n)| n).sum();
+        assert_eq!((by_action(SynQueueAction::Syncookie), by_action(SynQueueAction::Drop)), (5u64, 18u64));
+        // Past the cap, port 443's drops fold, still as drops.
+        let fold = s.syn_queue_full.keys().find(|k| k.listener.who == Who::Other).expect("a fold series");
+        assert_eq!((fold.listener.port, fold.action, s.syn_queue_full[fold]), (OTHER_PORT, SynQueueAction::Drop, 11));
+        assert_eq!(s.folded[&Counter::SynQueueFull], 1);
+    }
+
+    #[test]
     fn retiring_frees_the_slot_and_drops_the_series() {
         let mut s = SeriesStore::new(Limits { max_processes: 1, max_destinations: 10, ..Limits::DEFAULT });
         s.apply(&Deltas { procs: vec![connects(1, 1)], connect_errors: vec![error(1, 1, 1)], ..Default::default() });

@@ -104,10 +104,11 @@ impl KernelFacts {
             syn_recv_sock_params: r.parameters("tcp_v4_syn_recv_sock").unwrap_or(0),
             syn_queue_full_at_backlog: super::syn_queue_test::full_at_backlog().unwrap_or_else(|why| {
                 tracing::warn!(
-                    "could not ask this kernel when a SYN queue is full ({why}): taking the test of Linux 6.13 and \
-                     the 2025 stable kernels (above the backlog); on an older kernel, SYNs meeting a full SYN \
-                     queue counted at tcp_conn_request (observer_tcp_syn_queue_full_total, where \
-                     tcp_syn_flood_action cannot be hooked) are missed"
+                    "could not ask this kernel when a SYN queue is full ({why}; it needs CAP_SYS_ADMIN to make a \
+                     network namespace): taking the test of Linux 6.13 and the 2025 stable kernels (above the \
+                     backlog); on an older kernel, a SYN dropped at a full SYN queue is then missed by \
+                     observer_tcp_syn_queue_full_total where that is counted at tcp_conn_request, and counted as \
+                     a listen overflow"
                 );
                 false
             }),

@@ -20,3 +20,4 @@ pub mod queues;
 pub mod round;
 pub mod series;
 pub mod snapshot;
+pub mod top;

@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     let _faults = fail::FailScenario::setup();
     let cli = observer::cli::parse();
     // The daemon says what it attached where; doctor prints its report only.
-    let default_level = if matches!(cli.command, Command::Doctor(_)) { "warn" } else { "info" };
+    let default_level = if matches!(cli.command, Command::Doctor(_) | Command::Top(_)) { "warn" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
         .with_writer(std::io::stderr)
@@ -24,6 +24,15 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("error: {}", observer::error::report(&e));
                     ExitCode::from(3)
+                }
+            };
+        }
+        Command::Top(args) => {
+            return match args.run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
                 }
             };
         }

@@ -418,6 +418,25 @@ fn daemonset_container_counts_exactly(variant: &str) {
         body.lines().filter(|l| l.contains("time_wait_entries")).collect::<Vec<_>>().join("\n")
     );
 
+    // `kubectl exec ... -- observer top` in the pod: no terminal there, so
+    // the table once, from the default endpoint, which is this daemon's;
+    // the port-exhaustion client ranked with its pid, the pod named.
+    assert_eq!(ready_port, 9464, "{variant}: observer top's default endpoint is the DaemonSet's port");
+    let top = podman().run(&[
+        "exec",
+        &name,
+        "/usr/local/bin/observer",
+        "top",
+        "--once",
+        "--interval",
+        "500ms",
+        "--rows",
+        "200",
+    ]);
+    let client_row = top.lines().any(|l| l.split_whitespace().next() == Some(client_pid.to_string().as_str()));
+    assert!(client_row, "{variant}: observer top in the pod:\n{top}");
+    assert!(top.contains(&format!("shop/{pod_name}")), "{variant}: the pod named in observer top:\n{top}");
+
     // SIGTERM, as kubelet stops it: gone within the grace period, exit 0,
     // after a last push with the counts.
     let pushes_before = sink.requests();

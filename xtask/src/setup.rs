@@ -15,7 +15,8 @@ use crate::{run_cmd, toolchain, workspace_root};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl, iptables,
-/// jsonnet (renders the monitoring mixin).
+/// jsonnet (renders the monitoring mixin), tmux (a real terminal for
+/// `observer top`).
 const PACKAGES: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("nstat", "iproute2"),
@@ -23,6 +24,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("sysctl", "procps"),
     ("iptables", "iptables"),
     ("jsonnet", "jsonnet"),
+    ("tmux", "tmux"),
 ];
 
 /// Where setup installs its tools.

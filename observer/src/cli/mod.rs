@@ -1,6 +1,7 @@
 //! Command line: one file per subcommand.
 pub mod doctor;
 pub mod run;
+pub mod top;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
@@ -25,6 +26,7 @@ pub struct Cli {
 pub enum Command {
     Run(Box<run::RunArgs>),
     Doctor(doctor::DoctorArgs),
+    Top(top::TopArgs),
 }
 
 /// The command line, with each `observer run` setting's default added to

@@ -269,6 +269,35 @@ pub struct Config {
     /// (`inet_csk_reqsk_queue_is_full` with `>=`, before the 2024 fix);
     /// 0: above `backlog` (`>`). Userspace asks the kernel which.
     pub syn_queue_full_at_backlog: u32,
+    /// 1: `observer trace` loaded this copy of the programs: each event is
+    /// also queued in `TRACE_EVENTS`. The daemon's copy leaves it 0, so
+    /// nobody pays for records nobody reads.
+    pub trace: u32,
+}
+
+/// One event queued for `observer trace` (`TRACE_EVENTS`, a ring buffer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// `trace_event::*`.
+    pub kind: u32,
+    /// connect()'s errno (connect errors).
+    pub errno: u32,
+    /// When, in CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+    pub time_ns: u64,
+    pub actor: Actor,
+    /// The destination (IPv4 in the first 4 bytes), port in host order.
+    pub daddr: [u8; 16],
+    pub family: u16,
+    pub dport: u16,
+    pub _pad: u32,
+}
+
+/// `TraceEvent::kind`.
+pub mod trace_event {
+    /// A connect() that failed: the errno the caller saw, or the outcome
+    /// of a non-blocking connect when its socket left SYN_SENT.
+    pub const CONNECT_ERROR: u32 = 1;
 }
 
 /// The counter maps come in two buffers, so they hold recent activity, not
@@ -395,7 +424,8 @@ const _: () = {
     assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 24);
+    assert!(size_of::<Config>() == 28);
+    assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
     assert!(size_of::<ConnectionCounts>() == 320);

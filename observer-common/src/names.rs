@@ -29,6 +29,10 @@ pub mod maps {
     pub const LOST: &str = "LOST";
     pub const LRU_CHURN: &str = "LRU_CHURN";
     pub const TIME_WAIT_BY_NETNS: &str = "TIME_WAIT_BY_NETNS";
+    /// `observer trace`'s ring buffer, and its count of events it had no
+    /// room for.
+    pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
+    pub const TRACE_DROPPED: &str = "TRACE_DROPPED";
     /// The global with the kernel's struct offsets (not a map of ours,
     /// but set by name the same way).
     pub const OFFSETS: &str = "OFFSETS";

@@ -19,6 +19,7 @@ mod overflow;
 mod state;
 mod syn_queue;
 mod time_wait;
+mod trace;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -3,7 +3,7 @@
 //! are LRU so stale entries make room on their own.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, Queue},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, Queue, RingBuf},
 };
 use observer_common::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
@@ -165,3 +165,14 @@ pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0
 /// Entries the programs created and removed in each LRU map (see `lru`).
 #[map]
 pub static LRU_CHURN: PerCpuArray<u64> = PerCpuArray::with_max_entries(lru::SLOTS, 0);
+
+/// Events for `observer trace`, written only while `Config::trace` is set
+/// (the trace command's own copy of the programs). One page here; the
+/// trace command's loader sizes it (`trace::RING_BYTES`), the daemon's
+/// leaves it at this.
+#[map]
+pub static TRACE_EVENTS: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Events `TRACE_EVENTS` had no room for (the reader fell behind).
+#[map]
+pub static TRACE_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);

@@ -21,3 +21,4 @@ pub mod round;
 pub mod series;
 pub mod snapshot;
 pub mod top;
+pub mod trace;

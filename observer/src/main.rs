@@ -9,7 +9,12 @@ fn main() -> ExitCode {
     let _faults = fail::FailScenario::setup();
     let cli = observer::cli::parse();
     // The daemon says what it attached where; doctor prints its report only.
-    let default_level = if matches!(cli.command, Command::Doctor(_) | Command::Top(_)) { "warn" } else { "info" };
+    // trace's stderr is for its own lines: the loader's notes are the daemon's.
+    let default_level = match cli.command {
+        Command::Run(_) => "info",
+        Command::Trace(_) => "error",
+        Command::Doctor(_) | Command::Top(_) => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))
         .with_writer(std::io::stderr)
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Command::Trace(args) => trace(args.options()),
         Command::Run(args) => {
             let dry_run = args.dry_run;
             match args.settings() {
@@ -55,6 +61,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `observer trace` until Ctrl-C (or SIGTERM), then its last counts.
+fn trace(options: observer::trace::Options) -> Result<(), observer::error::Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| observer::error::Error::System { what: "start the tokio runtime", source })?;
+    runtime.block_on(async {
+        let shutdown = shutdown_signal()
+            .map_err(|source| observer::error::Error::System { what: "handle SIGINT/SIGTERM", source })?;
+        let summary = observer::trace::run(options, shutdown).await?;
+        eprintln!(
+            "observer trace: {} events shown, {} left out (--rate), {} lost (ring buffer full)",
+            summary.shown, summary.left_out, summary.lost
+        );
+        Ok(())
+    })
 }
 
 fn run(config: observer::config::RunConfig) -> Result<(), observer::error::Error> {

@@ -87,8 +87,16 @@ pub const MODES: &[&str] = &["auto", "kprobe"];
 /// The test binaries that exercise the kernel side. The daemon and CLI
 /// tests do not depend on the attach mode and stay on the host: software
 /// emulation makes every second in the guest count.
-pub const KERNEL_TESTS: &[&str] =
-    &["port_exhaustion", "time_wait", "listen_overflow", "connects_accepts", "attach_modes", "scanner", "connections"];
+pub const KERNEL_TESTS: &[&str] = &[
+    "port_exhaustion",
+    "time_wait",
+    "listen_overflow",
+    "connects_accepts",
+    "attach_modes",
+    "scanner",
+    "connections",
+    "trace",
+];
 
 fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")

@@ -2,6 +2,7 @@
 pub mod doctor;
 pub mod run;
 pub mod top;
+pub mod trace;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
@@ -27,6 +28,7 @@ pub enum Command {
     Run(Box<run::RunArgs>),
     Doctor(doctor::DoctorArgs),
     Top(top::TopArgs),
+    Trace(trace::TraceArgs),
 }
 
 /// The command line, with each `observer run` setting's default added to

@@ -11,7 +11,7 @@ use std::{fmt, path::Path};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, HashMap as AyaHashMap, PerCpuArray, PerCpuHashMap, Queue},
+    maps::{Array, HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue, RingBuf},
 };
 pub use hooks::{Attachment, HOOKS, Hook, Mode, SkippedRuns};
 use observer_common::{Config, capacity, names::maps};
@@ -76,6 +76,31 @@ impl Probes {
     /// `max_sockets` socket owners and established connections followed,
     /// and attach every hook.
     pub fn load_with_btf(mode: AttachMode, btf_path: &Path, max_sockets: u32) -> Result<(Self, KernelMaps), Error> {
+        // The trace ring buffer stays at its one page, never written.
+        Self::load_object(mode, btf_path, max_sockets, None).map(|(probes, maps, _)| (probes, maps))
+    }
+
+    /// `observer trace`'s own copy of the programs: loaded and attached as
+    /// the daemon's are (small socket maps: it counts nothing it reads),
+    /// its ring buffer `ring_bytes` large (a power of 2, in pages), then
+    /// told to queue events (`Config::trace`).
+    pub fn load_for_trace(mode: AttachMode, ring_bytes: u32) -> Result<(Self, TraceMaps), Error> {
+        const SOCKETS: u32 = 4096;
+        let (probes, mut maps, trace) =
+            Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), SOCKETS, Some(ring_bytes))?;
+        let config_map = &mut maps.counters.config;
+        let mut config = config_map.get(&0, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
+        config.trace = 1;
+        config_map.set(0, config, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
+        Ok((probes, trace))
+    }
+
+    fn load_object(
+        mode: AttachMode,
+        btf_path: &Path,
+        max_sockets: u32,
+        trace_ring_bytes: Option<u32>,
+    ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         privileges::check()?;
         privileges::ensure_tracefs()?;
         raise_memlock_rlimit();
@@ -85,13 +110,16 @@ impl Probes {
         let time_wait_counted_at_entry = offsets::time_wait_counted_at_entry(&kernel_btf);
         let btf = Btf::parse_file(btf_path, aya::Endianness::default())
             .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .btf(Some(&btf))
             .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
-            .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets)
-            .load(EBPF_OBJECT)
-            .map_err(|e| Error::Load(e.into()))?;
+            .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets);
+        if let Some(bytes) = trace_ring_bytes {
+            loader.map_max_entries(maps::TRACE_EVENTS, bytes);
+        }
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
 
         let mut attachments = hooks::attach_all(&mut ebpf, &btf, &facts, mode)?;
         let programs = attachments
@@ -123,7 +151,9 @@ impl Probes {
             );
         }
         let maps = take_maps(&mut ebpf, max_sockets)?;
-        Ok((Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry }, maps))
+        let trace =
+            TraceMaps { events: take(&mut ebpf, maps::TRACE_EVENTS)?, dropped: take(&mut ebpf, maps::TRACE_DROPPED)? };
+        Ok((Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry }, maps, trace))
     }
 }
 
@@ -134,14 +164,22 @@ fn raise_memlock_rlimit() {
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, unlimited, unlimited);
 }
 
+/// `observer trace`'s maps: the events, and those it had no room for
+/// (per CPU).
+pub struct TraceMaps {
+    pub events: RingBuf<MapData>,
+    pub dropped: PerCpuArray<MapData, u64>,
+}
+
+fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, Error> {
+    let map = ebpf.take_map(name).ok_or(Error::Map { map: name, source: Error::because("not in the object") })?;
+    T::try_from(map).map_err(|e| Error::Map { map: name, source: e.into() })
+}
+
 fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
-    fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
-        ebpf: &mut Ebpf,
-        name: &'static str,
-    ) -> Result<T, Error> {
-        let map = ebpf.take_map(name).ok_or(Error::Map { map: name, source: Error::because("not in the object") })?;
-        T::try_from(map).map_err(|e| Error::Map { map: name, source: e.into() })
-    }
     Ok(KernelMaps {
         counters: Buffers {
             config: take::<Array<_, _>>(ebpf, maps::CONFIG)?,

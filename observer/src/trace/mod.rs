@@ -1,0 +1,247 @@
+//! `observer trace`: every connect() failure on the node as it happens,
+//! one line each, like strace for every process at once and without
+//! ptrace. Its own copy of the programs queues each failure in a ring
+//! buffer (`Probes::load_for_trace`); the daemon's copy never does, so
+//! nobody pays for records while nobody traces. Here: each record named
+//! (executable, pod), filtered, rate-limited with the rest counted, and
+//! printed as text or JSON.
+pub mod filter;
+pub mod rate;
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use observer_common::{AF_INET6, TraceEvent, trace_event};
+use tokio::io::unix::AsyncFd;
+
+use crate::{
+    attribution::Attributor,
+    error::Error,
+    export::errno_name,
+    probes::{AttachMode, Probes, TraceMaps},
+};
+
+/// The ring buffer's size: 4 MiB hold ~58,000 records, about a second of
+/// the storms the tests make, between two reads.
+pub const RING_BYTES: u32 = 4 << 20;
+
+pub struct Options {
+    pub filter: filter::Filter,
+    pub json: bool,
+    /// Lines a second at most.
+    pub rate: u64,
+    pub attach_mode: AttachMode,
+    pub proc_root: PathBuf,
+    pub pod_logs: PathBuf,
+}
+
+/// What a trace printed and left out, for its last line.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub shown: u64,
+    pub left_out: u64,
+    pub lost: u64,
+}
+
+/// Trace until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<Summary, Error> {
+    let (probes, TraceMaps { events, dropped }) = Probes::load_for_trace(opts.attach_mode, RING_BYTES)?;
+    let hooks: Vec<String> = probes
+        .attachments
+        .iter()
+        .filter(|a| a.hook == "inet_stream_connect" || a.hook == "inet_sock_set_state")
+        .map(|a| format!("{} ({})", a.hook, a.mode))
+        .collect();
+    eprintln!(
+        "observer trace: connect() failures of every process, at {}; at most {} lines a second; Ctrl-C ends it",
+        hooks.join(" and "),
+        opts.rate
+    );
+    // SAFETY: the ring buffer owns its map's file descriptor, open and the
+    // same for as long as it lives, which the AsyncFd owning it bounds.
+    let mut ring = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
+        .map_err(|e| Error::System { what: "poll the trace ring buffer", source: e.into() })?;
+    let mut namer = Namer::new(&opts);
+    let mut limit = rate::RateLimit::new(opts.rate, Instant::now());
+    let mut summary = Summary::default();
+    let mut lost_before = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tokio::pin!(shutdown);
+    let mut report = |limit: &mut rate::RateLimit, summary: &mut Summary, lost_now: u64, json: bool| {
+        let left_out = limit.take_left_out();
+        summary.left_out += left_out;
+        if left_out > 0 {
+            println!(
+                "{}",
+                if json {
+                    format!("{{\"left_out\":{left_out}}}")
+                } else {
+                    format!("# {left_out} events left out in the last second (--rate {})", opts.rate)
+                }
+            );
+        }
+        let lost = lost_now.saturating_sub(lost_before);
+        lost_before = lost_now;
+        summary.lost += lost;
+        if lost > 0 {
+            println!(
+                "{}",
+                if json {
+                    format!("{{\"lost\":{lost}}}")
+                } else {
+                    format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
+                }
+            );
+        }
+    };
+    loop {
+        tokio::select! {
+            readable = ring.readable_mut() => {
+                let mut guard = readable.map_err(|source| Error::System { what: "poll the trace ring buffer", source })?;
+                let ring = guard.get_inner_mut();
+                while let Some(record) = ring.next() {
+                    let Some(event) = parse(&record) else { continue };
+                    if event.kind != trace_event::CONNECT_ERROR {
+                        continue;
+                    }
+                    let named = namer.name(&event);
+                    let addr = address(&event);
+                    if !opts.filter.matches(event.actor.tgid, named.pod.as_deref(), event.errno, addr, event.dport) {
+                        continue;
+                    }
+                    if limit.admit(Instant::now()) {
+                        summary.shown += 1;
+                        println!("{}", if opts.json { json_line(&event, &named, &namer) } else { text_line(&event, &named, &namer) });
+                    }
+                }
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                namer.attributor.next_round();
+                report(&mut limit, &mut summary, lost(&dropped), opts.json);
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    report(&mut limit, &mut summary, lost(&dropped), opts.json);
+    drop(probes);
+    Ok(summary)
+}
+
+/// A record as the kernel wrote it (`TraceEvent`, observer-common's
+/// layout, read in place: one definition of it for both sides).
+fn parse(record: &[u8]) -> Option<TraceEvent> {
+    (record.len() >= std::mem::size_of::<TraceEvent>())
+        // SAFETY: long enough, and TraceEvent is plain data (aya::Pod).
+        .then(|| unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<TraceEvent>()) })
+}
+
+fn lost(dropped: &aya::maps::PerCpuArray<aya::maps::MapData, u64>) -> u64 {
+    dropped.get(&0, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0)
+}
+
+fn address(e: &TraceEvent) -> IpAddr {
+    if e.family == AF_INET6 {
+        IpAddr::from(e.daddr)
+    } else {
+        IpAddr::from([e.daddr[0], e.daddr[1], e.daddr[2], e.daddr[3]])
+    }
+}
+
+/// Who an event is about.
+struct Named {
+    executable: String,
+    pod: Option<String>,
+}
+
+/// Names processes (their executable, cached per pid) and their pods (the
+/// daemon's attribution), and turns the kernel's clock into wall time.
+struct Namer {
+    attributor: Attributor,
+    proc_root: PathBuf,
+    executables: HashMap<u32, String>,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC, in nanoseconds, taken at start.
+    wall_offset_ns: i128,
+}
+
+impl Namer {
+    fn new(opts: &Options) -> Self {
+        let ns =
+            |clock| nix::time::clock_gettime(clock).map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128);
+        let wall_offset_ns = match (ns(nix::time::ClockId::CLOCK_REALTIME), ns(nix::time::ClockId::CLOCK_MONOTONIC)) {
+            (Ok(real), Ok(mono)) => real - mono,
+            _ => 0,
+        };
+        Self {
+            attributor: Attributor::new(&opts.proc_root, None, opts.pod_logs.clone()),
+            proc_root: opts.proc_root.clone(),
+            executables: HashMap::new(),
+            wall_offset_ns,
+        }
+    }
+
+    fn name(&mut self, e: &TraceEvent) -> Named {
+        let pid = e.actor.tgid;
+        if self.executables.len() > 10_000 {
+            self.executables.clear();
+        }
+        let executable = self
+            .executables
+            .entry(pid)
+            .or_insert_with(|| {
+                crate::node::executable::name(&self.proc_root, pid).unwrap_or_else(|| e.actor.comm_str().to_string())
+            })
+            .clone();
+        let pod = self.attributor.labels(e.actor.cgroup_id, pid).and_then(|l| match (&l.namespace, &l.pod_name) {
+            (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
+            _ => None,
+        });
+        Named { executable, pod }
+    }
+
+    fn time(&self, e: &TraceEvent) -> String {
+        let ns = (i128::from(e.time_ns) + self.wall_offset_ns).max(0) as u128;
+        let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(ns as u64);
+        humantime::format_rfc3339_micros(at).to_string()
+    }
+}
+
+fn destination(e: &TraceEvent) -> String {
+    std::net::SocketAddr::new(address(e), e.dport).to_string()
+}
+
+fn meaning(errno: u32) -> &'static str {
+    nix::errno::Errno::from_raw(errno as i32).desc()
+}
+
+fn text_line(e: &TraceEvent, named: &Named, namer: &Namer) -> String {
+    format!(
+        "{} pid {} {}{} connect {} {} ({})",
+        namer.time(e),
+        e.actor.tgid,
+        named.executable,
+        named.pod.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default(),
+        destination(e),
+        errno_name(e.errno),
+        meaning(e.errno)
+    )
+}
+
+fn json_line(e: &TraceEvent, named: &Named, namer: &Namer) -> String {
+    serde_json::json!({
+        "time": namer.time(e),
+        "event": "connect_error",
+        "pid": e.actor.tgid,
+        "executable": named.executable,
+        "pod": named.pod,
+        "destination": destination(e),
+        "errno": e.errno,
+        "error": errno_name(e.errno),
+        "meaning": meaning(e.errno),
+    })
+    .to_string()
+}

@@ -204,3 +204,41 @@ fn a_storm_prints_at_the_rate_and_counts_the_rest() {
     assert!(shown as f64 <= 100.0 * (seconds.ceil() + 1.0), "at most 100 a second over {seconds:.1} s: {shown}");
     assert!(of_pid(&trace.events(), client.pid).len() as u64 == shown, "all of them the client's");
 }
+
+/// As `observer trace | head -1`: once its reader is gone, the trace ends
+/// at its next line, with exit 0 and no panic (a closed pipe is how a
+/// reader says it has enough).
+#[test]
+fn a_reader_that_goes_away_ends_the_trace_quietly() {
+    let _serial = serial();
+    let mut cmd = Command::new(OBSERVER);
+    cmd.args(["trace", "--dest", "127.0.0.1:9"]);
+    if let Ok(mode) = std::env::var("OBSERVER_TEST_ATTACH_MODE") {
+        cmd.args(["--attach-mode", &mode]);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("Ctrl-C ends it") {
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "ended before attaching: {said}");
+    }
+    let ns = Netns::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    ns.client(&["--to", "127.0.0.1:9", "--count", "1"]);
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("ECONNREFUSED"), "{first}");
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        ns.client(&["--to", "127.0.0.1:9", "--count", "1"]);
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "observer trace goes on writing to a closed pipe");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert!(status.success() && !rest.contains("panicked"), "{status}: {rest}");
+}

@@ -71,32 +71,29 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let mut lost_before = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
+    // Each second: the events left out, and those the ring had no room for.
     let mut report = |limit: &mut rate::RateLimit, summary: &mut Summary, lost_now: u64, json: bool| {
         let left_out = limit.take_left_out();
         summary.left_out += left_out;
-        if left_out > 0 {
-            println!(
-                "{}",
-                if json {
-                    format!("{{\"left_out\":{left_out}}}")
-                } else {
-                    format!("# {left_out} events left out in the last second (--rate {})", opts.rate)
-                }
-            );
-        }
         let lost = lost_now.saturating_sub(lost_before);
         lost_before = lost_now;
         summary.lost += lost;
-        if lost > 0 {
-            println!(
-                "{}",
-                if json {
-                    format!("{{\"lost\":{lost}}}")
-                } else {
-                    format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
-                }
-            );
+        let mut lines = Vec::new();
+        if left_out > 0 {
+            lines.push(if json {
+                format!("{{\"left_out\":{left_out}}}")
+            } else {
+                format!("# {left_out} events left out in the last second (--rate {})", opts.rate)
+            });
         }
+        if lost > 0 {
+            lines.push(if json {
+                format!("{{\"lost\":{lost}}}")
+            } else {
+                format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
+            });
+        }
+        lines.iter().all(|l| print_line(l))
     };
     loop {
         tokio::select! {
@@ -115,14 +112,19 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                     }
                     if limit.admit(Instant::now()) {
                         summary.shown += 1;
-                        println!("{}", if opts.json { json_line(&event, &named, &namer) } else { text_line(&event, &named, &namer) });
+                        let line = if opts.json { json_line(&event, &named, &namer) } else { text_line(&event, &named, &namer) };
+                        if !print_line(&line) {
+                            return Ok(summary);
+                        }
                     }
                 }
                 guard.clear_ready();
             }
             _ = tick.tick() => {
                 namer.attributor.next_round();
-                report(&mut limit, &mut summary, lost(&dropped), opts.json);
+                if !report(&mut limit, &mut summary, lost(&dropped), opts.json) {
+                    return Ok(summary);
+                }
             }
             _ = &mut shutdown => break,
         }
@@ -130,6 +132,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     report(&mut limit, &mut summary, lost(&dropped), opts.json);
     drop(probes);
     Ok(summary)
+}
+
+/// One line on stdout; false once nobody reads it (`observer trace | head`
+/// closed the pipe): the trace ends there, quietly, as other tools do.
+fn print_line(line: &str) -> bool {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 /// A record as the kernel wrote it (`TraceEvent`, observer-common's

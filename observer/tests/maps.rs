@@ -34,8 +34,19 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
     let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
-    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &HELD.to_string(), "--hold"]);
-    assert_eq!(client.connected, HELD, "{client:?}");
+    let client = ns.client_holding(&["--to", "127.0.0.1:8080", "--count", &HELD.to_string()]);
+    assert_eq!(client.report.connected, HELD, "{:?}", client.report);
+    let client_pid = client.pid();
+    // Every server-side end reached ESTABLISHED (its entry taken or
+    // counted lost) before the client closes: a client end closed earlier
+    // would free a slot for a late child, and the host's scrapes while the
+    // map is full would be lost too. `ss` here, not a scrape.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ns.established("sport = :8080", None) < HELD {
+        assert!(std::time::Instant::now() < deadline, "the server's {HELD} connections never all established");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client.close();
     let owned = 2 * HELD + 1;
 
     let least = owned - CAPACITY;
@@ -53,18 +64,21 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     // (2000 each side, the first 512 pairs filling it) 1024 are followed
     // and the rest left out whole, counted as lost, the log naming the
     // setting to raise. The client has closed since: every followed
-    // connection's end was counted, none is left open.
+    // connection's end was counted, none is left open (no scrape ran while
+    // the map was full, so every loss is the test's).
     let connections = 2 * HELD;
     let lost_label = "observer_map_name=\"OPEN_CONNECTIONS\"";
+    let pids = [client_pid, server.pid()].map(|p| format!("process_pid=\"{p}\""));
+    let followed =
+        |b: &str| pids.iter().map(|p| sample_sum(b, "observer_tcp_connections_established_total", &[p])).sum::<u64>();
+    let lost = |b: &str| sample(b, "observer_kernel_lost_updates_total", &[lost_label]);
+    // The counters of a process seen for the first time come out once its
+    // pod is looked up, a round after the lost count: wait for both.
     let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
-        sample(b, "observer_kernel_lost_updates_total", &[lost_label]).is_some_and(|n| n >= connections - CAPACITY)
+        lost(b).is_some_and(|n| n >= connections - CAPACITY) && followed(b) >= CAPACITY
     });
-    let lost = sample(&body, "observer_kernel_lost_updates_total", &[lost_label]).unwrap();
-    assert_eq!(lost, connections - CAPACITY, "{body}");
-    let pids = [client.pid, server.pid()].map(|p| format!("process_pid=\"{p}\""));
-    let followed: u64 =
-        pids.iter().map(|p| sample_sum(&body, "observer_tcp_connections_established_total", &[p])).sum();
-    assert_eq!(followed, CAPACITY, "{body}");
+    assert_eq!(lost(&body), Some(connections - CAPACITY), "{body}");
+    assert_eq!(followed(&body), CAPACITY, "{body}");
     assert_eq!(lru_fill(&body, "OPEN_CONNECTIONS"), (Some(0), Some(CAPACITY), None), "{body}");
     let log = daemon.log();
     assert!(log.contains("OPEN_CONNECTIONS") && log.contains("raise --max-sockets"), "{log}");

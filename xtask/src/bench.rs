@@ -214,6 +214,12 @@ const FLOOR_SCRIPT: &str = "tracepoint:syscalls:sys_enter_connect { }";
 enum Tracer {
     Baseline,
     Observer,
+    /// The daemon and an `observer trace` of connect errors beside it (none
+    /// in this load: the trace's copy of the programs runs, queues nothing).
+    ObserverTraceIdle,
+    /// The daemon and an `observer trace` of every connect, accept and
+    /// TIME_WAIT entry (each cycle queued; 200 lines a second printed).
+    ObserverTraceBusy,
     Tcpstates,
     Bpftrace,
     Floor,
@@ -224,6 +230,8 @@ impl Tracer {
         match self {
             Tracer::Baseline => "no tracer",
             Tracer::Observer => "observer",
+            Tracer::ObserverTraceIdle => "observer + a running `observer trace` (connect errors: none here)",
+            Tracer::ObserverTraceBusy => "observer + `observer trace --events connect,accept,time-wait`",
             Tracer::Tcpstates => "libbpf-tools tcpstates",
             Tracer::Bpftrace => "bpftrace (4 tracepoints into maps)",
             Tracer::Floor => "floor: one empty program on sys_enter_connect (bpftrace)",
@@ -234,19 +242,40 @@ impl Tracer {
 struct Running {
     child: Child,
     metrics_port: Option<u16>,
+    /// An `observer trace` beside the daemon.
+    trace: Option<Child>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in std::iter::once(&mut self.child).chain(self.trace.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
+}
+
+/// `observer trace --events ...` printing to nowhere, once it is attached
+/// (its first line on stderr).
+fn start_trace(observer: &std::path::Path, events: &str) -> Result<Child> {
+    let mut child = Command::new(observer)
+        .args(["trace", "--events", events])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stderr.as_mut().context("stderr")?).read_line(&mut line)?;
+    anyhow::ensure!(line.starts_with("observer trace: "), "observer trace did not start: {line}");
+    // The rest of its stderr (its totals) is not read: let it go nowhere.
+    let stderr = child.stderr.take();
+    std::thread::spawn(move || stderr.map(|mut e| std::io::copy(&mut e, &mut std::io::sink())));
+    Ok(child)
 }
 
 fn start(tracer: Tracer, observer: &std::path::Path, interval: &str) -> Result<Option<Running>> {
     let running = match tracer {
         Tracer::Baseline => return Ok(None),
-        Tracer::Observer => {
+        Tracer::Observer | Tracer::ObserverTraceIdle | Tracer::ObserverTraceBusy => {
             let port = free_port();
             // Its log is kept for a run that turns out inexact.
             let log = std::fs::File::create(bench_dir()?.join("observer.log"))?;
@@ -254,19 +283,24 @@ fn start(tracer: Tracer, observer: &std::path::Path, interval: &str) -> Result<O
                 .args(["run", "--interval", interval, "--prometheus-listen", &format!("127.0.0.1:{port}")])
                 .stderr(log)
                 .spawn()?;
-            let r = Running { child, metrics_port: Some(port) };
+            let mut r = Running { child, metrics_port: Some(port), trace: None };
             let deadline = Instant::now() + Duration::from_secs(30);
             while scrape(port).is_none() {
                 anyhow::ensure!(Instant::now() < deadline, "observer did not start");
                 std::thread::sleep(Duration::from_millis(50));
             }
+            r.trace = match tracer {
+                Tracer::ObserverTraceIdle => Some(start_trace(observer, "connect-error")?),
+                Tracer::ObserverTraceBusy => Some(start_trace(observer, "connect,accept,time-wait")?),
+                _ => None,
+            };
             r
         }
         Tracer::Tcpstates => {
             let child = Command::new("tcpstates").stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
             // tcpstates prints nothing when ready; give it its load time.
             std::thread::sleep(Duration::from_secs(2));
-            Running { child, metrics_port: None }
+            Running { child, metrics_port: None, trace: None }
         }
         Tracer::Bpftrace | Tracer::Floor => {
             let script = if tracer == Tracer::Floor { FLOOR_SCRIPT } else { BPFTRACE_SCRIPT };
@@ -279,7 +313,7 @@ fn start(tracer: Tracer, observer: &std::path::Path, interval: &str) -> Result<O
                 let _ = child.stderr.as_mut().map(|e| e.read_to_string(&mut err));
                 bail!("bpftrace did not attach: {line}{err}");
             }
-            Running { child, metrics_port: None }
+            Running { child, metrics_port: None, trace: None }
         }
     };
     Ok(Some(running))
@@ -450,6 +484,10 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
             run.rss_kib = peak_rss_kib(r.child.id());
         }
         run.tracer_cpu = cpu_seconds(r.child.id()) - cpu0;
+        if let Some(trace) = &r.trace {
+            // Its process time over its life, which spans the run.
+            run.tracer_cpu += cpu_seconds(trace.id());
+        }
     }
     Ok(run)
 }
@@ -471,9 +509,16 @@ pub fn run(opts: &Options) -> Result<()> {
         return Ok(());
     }
     let tracers: &[Tracer] = if opts.observer_only {
-        &[Tracer::Observer]
+        &[Tracer::Observer, Tracer::ObserverTraceIdle, Tracer::ObserverTraceBusy]
     } else {
-        &[Tracer::Observer, Tracer::Tcpstates, Tracer::Bpftrace, Tracer::Floor]
+        &[
+            Tracer::Observer,
+            Tracer::ObserverTraceIdle,
+            Tracer::ObserverTraceBusy,
+            Tracer::Tcpstates,
+            Tracer::Bpftrace,
+            Tracer::Floor,
+        ]
     };
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); tracers.len() + 1];
@@ -575,7 +620,7 @@ pub fn run(opts: &Options) -> Result<()> {
         match tracer {
             Tracer::Observer => observer_ratio = r,
             Tracer::Tcpstates | Tracer::Bpftrace => peer_best = peer_best.max(r),
-            Tracer::Baseline | Tracer::Floor => {}
+            Tracer::Baseline | Tracer::Floor | Tracer::ObserverTraceIdle | Tracer::ObserverTraceBusy => {}
         }
     }
     writeln!(

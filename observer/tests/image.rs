@@ -7,8 +7,9 @@
 //! attaches; port exhaustion, TIME_WAIT and a listen overflow made on the
 //! host are counted exactly against the kernel; a process in a
 //! kubelet-shaped pod gets its pod's labels through the /host mounts; the
-//! probes' endpoints answer; SIGTERM ends the container within its grace
-//! period, after a last OTLP push.
+//! probes' endpoints answer; `observer top` and `observer trace` work
+//! through `podman exec` as through `kubectl exec`; SIGTERM ends the
+//! container within its grace period, after a last OTLP push.
 //!
 //! One deviation, as this machine has no CNI: the container shares the
 //! host's network (the DaemonSet's pod network would), so the metrics port
@@ -436,6 +437,7 @@ fn daemonset_container_counts_exactly(variant: &str) {
     let client_row = top.lines().any(|l| l.split_whitespace().next() == Some(client_pid.to_string().as_str()));
     assert!(client_row, "{variant}: observer top in the pod:\n{top}");
     assert!(top.contains(&format!("shop/{pod_name}")), "{variant}: the pod named in observer top:\n{top}");
+    trace_in_the_pod(&name, variant);
 
     // SIGTERM, as kubelet stops it: gone within the grace period, exit 0,
     // after a last push with the counts.
@@ -456,6 +458,77 @@ fn daemonset_container_counts_exactly(variant: &str) {
     drop(container_guard);
     drop(pod_logs);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `kubectl exec ... -- observer trace` in the pod: once attached, each
+/// EADDRNOTAVAIL of a client that runs out of ports meanwhile is a line
+/// with its pid, executable and destination; Ctrl-C (SIGINT to the trace,
+/// a process of the node like any other) ends it with exit 0, which the
+/// exec passes on.
+fn trace_in_the_pod(container: &str, variant: &str) {
+    use std::{
+        io::{BufRead as _, BufReader},
+        process::Stdio,
+        sync::Arc,
+    };
+    // A --rate of its own tells this trace's process from the host's.
+    const MARK: &str = "4217";
+    let mut exec = podman()
+        .cmd()
+        .args(["exec", container, "/usr/local/bin/observer", "trace", "--json", "--errno", "EADDRNOTAVAIL"])
+        .args(["--rate", MARK])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(exec.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.lines().any(|l| l.starts_with("observer trace: ")) {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("{variant}: observer trace in the pod ended ({}):\n{said}", exec.wait().unwrap());
+        }
+        said.push_str(&line);
+    }
+    let lines = Arc::new(Mutex::new(Vec::<Json>::new()));
+    let gathered = lines.clone();
+    let stdout = exec.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            gathered.lock().unwrap().push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
+        }
+    });
+    let (_ns, _holder, client, failures) = common::exhaust_ports();
+    let of_client = || -> Vec<Json> { lines.lock().unwrap().iter().filter(|l| l["pid"] == client).cloned().collect() };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (of_client().len() as u64) < failures {
+        assert!(Instant::now() < deadline, "{variant}: trace in the pod: {:?}", lines.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let trace_pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"/observer"))
+                && args.windows(2).any(|w| w == [b"--rate".as_slice(), MARK.as_bytes()])
+        })
+        .expect("the trace's process");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(trace_pid), nix::sys::signal::SIGINT).unwrap();
+    let status = exec.wait().unwrap();
+    reader.join().unwrap();
+    assert!(status.success(), "{variant}: observer trace after Ctrl-C in the pod: {status}");
+    let mine = of_client();
+    assert_eq!(mine.len() as u64, failures, "{variant}: once each: {mine:?}");
+    for line in &mine {
+        assert_eq!(
+            (line["error"].as_str(), line["destination"].as_str(), line["executable"].as_str()),
+            (Some("EADDRNOTAVAIL"), Some("127.0.0.1:8080"), Some("observer-churn")),
+            "{variant}: {line}"
+        );
+    }
 }
 
 #[test]

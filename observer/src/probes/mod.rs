@@ -83,14 +83,15 @@ impl Probes {
     /// `observer trace`'s own copy of the programs: loaded and attached as
     /// the daemon's are (small socket maps: it counts nothing it reads),
     /// its ring buffer `ring_bytes` large (a power of 2, in pages), then
-    /// told to queue events (`Config::trace`).
-    pub fn load_for_trace(mode: AttachMode, ring_bytes: u32) -> Result<(Self, TraceMaps), Error> {
+    /// told to queue the events of `kinds` (`Config::trace`, observer-common's
+    /// `trace_event` bits).
+    pub fn load_for_trace(mode: AttachMode, ring_bytes: u32, kinds: u32) -> Result<(Self, TraceMaps), Error> {
         const SOCKETS: u32 = 4096;
         let (probes, mut maps, trace) =
             Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), SOCKETS, Some(ring_bytes))?;
         let config_map = &mut maps.counters.config;
         let mut config = config_map.get(&0, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
-        config.trace = 1;
+        config.trace = kinds;
         config_map.set(0, config, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
         Ok((probes, trace))
     }
@@ -118,6 +119,14 @@ impl Probes {
             .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets);
         if let Some(bytes) = trace_ring_bytes {
             loader.map_max_entries(maps::TRACE_EVENTS, bytes);
+            // The counters only the daemon reads, kept small: a trace
+            // runs beside the daemon, in its pod and under its memory
+            // limit (`kubectl exec`). A full counter map only makes the
+            // programs count a loss nobody reads; the event is queued
+            // first.
+            for map in TRACE_UNREAD_COUNTERS {
+                loader.map_max_entries(map, TRACE_COUNTER_ENTRIES);
+            }
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
 
@@ -163,6 +172,24 @@ fn raise_memlock_rlimit() {
     let unlimited = nix::libc::RLIM_INFINITY;
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, unlimited, unlimited);
 }
+
+/// The counter maps `observer trace` never reads (its copy of the
+/// programs still counts into them), and their size there.
+const TRACE_UNREAD_COUNTERS: [&str; 12] = [
+    maps::PROC_COUNTERS_BUFFERS[0],
+    maps::PROC_COUNTERS_BUFFERS[1],
+    maps::CONNECT_ERRORS_BUFFERS[0],
+    maps::CONNECT_ERRORS_BUFFERS[1],
+    maps::KEYS_CREATED_BUFFERS[0],
+    maps::KEYS_CREATED_BUFFERS[1],
+    maps::LISTEN_OVERFLOWS_BUFFERS[0],
+    maps::LISTEN_OVERFLOWS_BUFFERS[1],
+    maps::CONNECTIONS_BUFFERS[0],
+    maps::CONNECTIONS_BUFFERS[1],
+    maps::CLOSED_LISTENERS,
+    maps::TIME_WAIT_BY_NETNS,
+];
+const TRACE_COUNTER_ENTRIES: u32 = 16;
 
 /// `observer trace`'s maps: the events, and those it had no room for
 /// (per CPU).

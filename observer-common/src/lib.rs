@@ -269,9 +269,9 @@ pub struct Config {
     /// (`inet_csk_reqsk_queue_is_full` with `>=`, before the 2024 fix);
     /// 0: above `backlog` (`>`). Userspace asks the kernel which.
     pub syn_queue_full_at_backlog: u32,
-    /// 1: `observer trace` loaded this copy of the programs: each event is
-    /// also queued in `TRACE_EVENTS`. The daemon's copy leaves it 0, so
-    /// nobody pays for records nobody reads.
+    /// The events `observer trace` asked its own copy of the programs to
+    /// queue in `TRACE_EVENTS` (`trace_event` bits). The daemon's copy
+    /// leaves it 0, so nobody pays for records nobody reads.
     pub trace: u32,
 }
 
@@ -279,25 +279,43 @@ pub struct Config {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TraceEvent {
-    /// `trace_event::*`.
+    /// One of the `trace_event` bits.
     pub kind: u32,
-    /// connect()'s errno (connect errors).
-    pub errno: u32,
+    /// Connect errors: the errno; listener drops: the reason
+    /// (`listener_drop::*`); 0 otherwise.
+    pub detail: u32,
     /// When, in CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
     pub time_ns: u64,
+    /// Who: the caller (connects, accepts, connect errors), the socket's
+    /// owner (TIME_WAIT) or the listener's (listener drops).
     pub actor: Actor,
-    /// The destination (IPv4 in the first 4 bytes), port in host order.
+    /// The far end (IPv4 in the first 4 bytes): the destination of a
+    /// connect, the client of an accepted connection, the peer of a
+    /// socket entering TIME_WAIT; zero for a listener drop.
     pub daddr: [u8; 16],
     pub family: u16,
+    /// The far end's port, host order.
     pub dport: u16,
-    pub _pad: u32,
+    /// The local port, host order (the listener's for a listener drop; 0
+    /// where none is known, e.g. a connect that failed before binding).
+    pub lport: u16,
+    pub _pad: u16,
 }
 
-/// `TraceEvent::kind`.
+/// `TraceEvent::kind` and `Config::trace`: one bit per kind.
 pub mod trace_event {
     /// A connect() that failed: the errno the caller saw, or the outcome
     /// of a non-blocking connect when its socket left SYN_SENT.
     pub const CONNECT_ERROR: u32 = 1;
+    /// A socket entered TIME_WAIT (its local port held for 60 s).
+    pub const TIME_WAIT: u32 = 1 << 1;
+    /// A listener turned a connection away: accept queue full, or SYN
+    /// queue full (cookie or drop).
+    pub const LISTENER_DROP: u32 = 1 << 2;
+    /// A connect() sent its SYN.
+    pub const CONNECT: u32 = 1 << 3;
+    /// accept() handed a connection to its process.
+    pub const ACCEPT: u32 = 1 << 4;
 }
 
 /// The counter maps come in two buffers, so they hold recent activity, not

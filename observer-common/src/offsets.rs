@@ -80,6 +80,9 @@ pub struct KernelOffsets {
     pub skb_tcp_tw_isn: u32,
     /// `net.ipv4.sysctl_tcp_syncookies` (u8)
     pub net_tcp_syncookies: u32,
+    /// `inet_sock.inet_sport` (__be16): the local port, still set after
+    /// the socket gave its port back at CLOSE (`skc_num` is 0 by then)
+    pub inet_sport: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 124);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 128);

@@ -6,12 +6,13 @@ use aya_ebpf::{
     programs::{FExitContext, RetProbeContext, TracePointContext},
 };
 
-use observer_common::lru;
+use observer_common::{lru, trace_event};
 
 use crate::{
     counters::{ProcCounter, bump_proc, lru_insert},
     kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
     maps::SOCK_OWNERS,
+    trace,
 };
 
 /// Offset of `ret` in syscalls/sys_exit_* records.
@@ -74,5 +75,6 @@ fn on_accepted(sk: u64) {
     }
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Accepts);
+    trace::socket_event(trace_event::ACCEPT, 0, &actor, sk);
     let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
 }

@@ -24,7 +24,9 @@ use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, tracepoint},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
-use observer_common::{AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, ThreadConnect, lost, lru, tcp_state::*};
+use observer_common::{
+    AF_INET, AF_INET6, ConnectErrorKey, InflightConnect, ThreadConnect, lost, lru, tcp_state::*, trace_event,
+};
 
 use crate::{
     counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
@@ -33,6 +35,7 @@ use crate::{
         tcp_attempted_connect,
     },
     maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
+    trace,
 };
 
 const EADDRNOTAVAIL: i64 = 99;
@@ -157,6 +160,7 @@ fn call_returned(ret: i64) {
         // No tcp_connect hook: a socket that reached SYN_SENT sent its SYN,
         // except when no local port could be found (EADDRNOTAVAIL).
         bump_proc(&connect.actor, connect.family, ProcCounter::Connects);
+        trace::socket_event(trace_event::CONNECT, 0, &connect.actor, thread.sk);
     }
     match -ret {
         0 | EISCONN => {}
@@ -273,5 +277,6 @@ pub fn tcp_connect_kprobe(ctx: ProbeContext) -> u32 {
 fn on_tcp_connect(sk: u64) {
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Connects);
+    trace::socket_event(trace_event::CONNECT, 0, &actor, sk);
     let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
 }

@@ -287,9 +287,7 @@ pub fn bump_netns_time_wait(netns: u32) {
 /// Count one connect() failure.
 #[inline(always)]
 pub fn bump_connect_error(key: &ConnectErrorKey) {
-    if config().trace != 0 {
-        crate::trace::connect_error(key);
-    }
+    crate::trace::connect_error(key);
     let (map, keys) =
         if buffer() == 0 { (&CONNECT_ERRORS_0, &KEYS_CREATED_0) } else { (&CONNECT_ERRORS_1, &KEYS_CREATED_1) };
     let value = match map.get_ptr_mut(key) {

@@ -8,7 +8,7 @@ use aya_ebpf::helpers::{
 };
 use observer_common::{AF_INET, AF_INET6, Actor, TASK_COMM_LEN};
 
-use crate::maps::{SOCK_OWNERS, offsets};
+use crate::maps::{SOCK_OWNERS, offset};
 
 pub const IPPROTO_TCP: u16 = 6;
 
@@ -22,14 +22,13 @@ pub unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
 /// comm (a thread's own comm is often a worker name like "tokio-runtime-w").
 #[inline(always)]
 pub fn current_actor() -> Actor {
-    let off = offsets();
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let mut comm = [0u8; TASK_COMM_LEN];
     let task = unsafe { bpf_get_current_task() };
-    let leader: u64 = unsafe { read_at(task, off.task_group_leader) }.unwrap_or(0);
+    let leader: u64 = unsafe { read_at(task, offset!(task_group_leader)) }.unwrap_or(0);
     let read = leader != 0
-        && unsafe { bpf_probe_read_kernel_buf((leader + off.task_comm as u64) as *const u8, &mut comm) }.is_ok();
+        && unsafe { bpf_probe_read_kernel_buf((leader + offset!(task_comm) as u64) as *const u8, &mut comm) }.is_ok();
     if !read {
         comm = bpf_get_current_comm().unwrap_or_default();
     }
@@ -52,21 +51,20 @@ pub fn sock_owner(sk: u64) -> Actor {
 /// task->files->fdt->fd[fd]->private_data (a struct socket *)->sk.
 #[inline(always)]
 pub fn sock_of_fd(fd: u64) -> u64 {
-    let off = offsets();
     let task = unsafe { bpf_get_current_task() };
     unsafe {
-        let Ok(files) = read_at::<u64>(task, off.task_files) else { return 0 };
-        let Ok(fdt) = read_at::<u64>(files, off.files_fdt) else { return 0 };
-        let Ok(max_fds) = read_at::<u32>(fdt, off.fdtable_max_fds) else { return 0 };
+        let Ok(files) = read_at::<u64>(task, offset!(task_files)) else { return 0 };
+        let Ok(fdt) = read_at::<u64>(files, offset!(files_fdt)) else { return 0 };
+        let Ok(max_fds) = read_at::<u32>(fdt, offset!(fdtable_max_fds)) else { return 0 };
         if fd >= max_fds as u64 {
             return 0;
         }
-        let Ok(fd_array) = read_at::<u64>(fdt, off.fdtable_fd) else { return 0 };
+        let Ok(fd_array) = read_at::<u64>(fdt, offset!(fdtable_fd)) else { return 0 };
         let Ok(file) = bpf_probe_read_kernel((fd_array + fd * 8) as *const u64) else { return 0 };
         if file == 0 {
             return 0;
         }
-        let Ok(socket) = read_at::<u64>(file, off.file_private_data) else { return 0 };
+        let Ok(socket) = read_at::<u64>(file, offset!(file_private_data)) else { return 0 };
         sock_of_socket(socket)
     }
 }
@@ -77,12 +75,12 @@ pub fn sock_of_socket(socket: u64) -> u64 {
     if socket == 0 {
         return 0;
     }
-    unsafe { read_at::<u64>(socket, offsets().socket_sk) }.unwrap_or(0)
+    unsafe { read_at::<u64>(socket, offset!(socket_sk)) }.unwrap_or(0)
 }
 
 #[inline(always)]
 pub fn sock_protocol(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offsets().sock_protocol) }.unwrap_or(0)
+    unsafe { read_at::<u16>(sk, offset!(sock_protocol)) }.unwrap_or(0)
 }
 
 /// True for an IPv4/IPv6 TCP socket, the only kind observer counts.
@@ -93,41 +91,57 @@ pub fn is_tcp(sk: u64) -> bool {
 
 #[inline(always)]
 pub fn sock_family(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offsets().skc_family) }.unwrap_or(0)
+    unsafe { read_at::<u16>(sk, offset!(skc_family)) }.unwrap_or(0)
+}
+
+/// The local port a socket was bound to, host byte order, even after
+/// CLOSE gave it back (`inet_sport`; `sock_local_port` is 0 by then).
+#[inline(always)]
+pub fn sock_source_port(sk: u64) -> u16 {
+    u16::from_be(unsafe { read_at::<u16>(sk, offset!(inet_sport)) }.unwrap_or(0))
 }
 
 /// Local port, host byte order.
 #[inline(always)]
 pub fn sock_local_port(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offsets().skc_num) }.unwrap_or(0)
+    unsafe { read_at::<u16>(sk, offset!(skc_num)) }.unwrap_or(0)
 }
 
 /// Remote address (IPv4 in the first 4 bytes) and port (host order).
 /// Set by tcp_v4_connect/tcp_v6_connect before the socket enters SYN_SENT.
 #[inline(always)]
 pub fn sock_destination(sk: u64, family: u16) -> ([u8; 16], u16) {
-    let off = offsets();
     let mut daddr = [0u8; 16];
     unsafe {
         if family == AF_INET6 {
-            daddr = read_at(sk, off.skc_v6_daddr).unwrap_or(daddr);
-        } else if let Ok(v4) = read_at::<[u8; 4]>(sk, off.skc_daddr) {
+            daddr = read_at(sk, offset!(skc_v6_daddr)).unwrap_or(daddr);
+        } else if let Ok(v4) = read_at::<[u8; 4]>(sk, offset!(skc_daddr)) {
             daddr[..4].copy_from_slice(&v4);
         }
     }
     (daddr, sock_remote_port(sk))
 }
 
+/// `sock_destination`'s address, read straight into `daddr` (e.g. a ring
+/// buffer record): no copy on the stack.
+#[inline(always)]
+pub fn read_destination_into(sk: u64, family: u16, daddr: &mut [u8; 16]) {
+    *daddr = [0; 16];
+    let (offset, len) = if family == AF_INET6 { (offset!(skc_v6_daddr), 16) } else { (offset!(skc_daddr), 4) };
+    // SAFETY: a kernel read into memory of ours; left zero if it fails.
+    let _ = unsafe { bpf_probe_read_kernel_buf((sk + offset as u64) as *const u8, &mut daddr[..len]) };
+}
+
 /// TCP state (TCP_ESTABLISHED, ...), as `observer_common::tcp_state`.
 #[inline(always)]
 pub fn sock_tcp_state(sk: u64) -> i32 {
-    unsafe { read_at::<u8>(sk, offsets().skc_state) }.map_or(0, i32::from)
+    unsafe { read_at::<u8>(sk, offset!(skc_state)) }.map_or(0, i32::from)
 }
 
 /// Remote port, host byte order.
 #[inline(always)]
 pub fn sock_remote_port(sk: u64) -> u16 {
-    u16::from_be(unsafe { read_at::<u16>(sk, offsets().skc_dport) }.unwrap_or(0))
+    u16::from_be(unsafe { read_at::<u16>(sk, offset!(skc_dport)) }.unwrap_or(0))
 }
 
 /// True once a connect() on this TCP socket got past choosing a local port
@@ -135,28 +149,27 @@ pub fn sock_remote_port(sk: u64) -> u16 {
 /// disconnect after a failure keeps it non-zero).
 #[inline(always)]
 pub fn tcp_attempted_connect(sk: u64) -> bool {
-    unsafe { read_at::<u32>(sk, offsets().tcp_write_seq) }.unwrap_or(0) != 0
+    unsafe { read_at::<u32>(sk, offset!(tcp_write_seq)) }.unwrap_or(0) != 0
 }
 
 /// Segments this TCP socket sent again. At the end of a handshake these
 /// are its SYNs; a listener's child starts with its request's SYN-ACKs.
 #[inline(always)]
 pub fn tcp_total_retrans(sk: u64) -> u64 {
-    unsafe { read_at::<u32>(sk, offsets().tcp_total_retrans) }.map_or(0, u64::from)
+    unsafe { read_at::<u32>(sk, offset!(tcp_total_retrans)) }.map_or(0, u64::from)
 }
 
 #[inline(always)]
 pub fn sock_err(sk: u64) -> i32 {
-    unsafe { read_at::<i32>(sk, offsets().sock_err) }.unwrap_or(0)
+    unsafe { read_at::<i32>(sk, offset!(sock_err)) }.unwrap_or(0)
 }
 
 /// Inode number of the socket's network namespace (as /proc/PID/ns/net).
 #[inline(always)]
 pub fn sock_netns(sk: u64) -> u32 {
-    let off = offsets();
     unsafe {
-        match read_at::<u64>(sk, off.skc_net) {
-            Ok(net) if net != 0 => read_at::<u32>(net, off.net_ns_inum).unwrap_or(0),
+        match read_at::<u64>(sk, offset!(skc_net)) {
+            Ok(net) if net != 0 => read_at::<u32>(net, offset!(net_ns_inum)).unwrap_or(0),
             _ => 0,
         }
     }
@@ -167,19 +180,18 @@ pub fn sock_netns(sk: u64) -> u32 {
 /// in process context), or 0 where this kernel lacks the field.
 #[inline(always)]
 pub fn sock_cgroup_id(sk: u64) -> u64 {
-    let off = offsets();
-    if off.sock_cgroup == 0 {
+    if offset!(sock_cgroup) == 0 {
         return 0;
     }
     unsafe {
-        let Ok(cgroup) = read_at::<u64>(sk, off.sock_cgroup) else { return 0 };
+        let Ok(cgroup) = read_at::<u64>(sk, offset!(sock_cgroup)) else { return 0 };
         if cgroup == 0 {
             return 0;
         }
-        let Ok(kn) = read_at::<u64>(cgroup, off.cgroup_kn) else { return 0 };
+        let Ok(kn) = read_at::<u64>(cgroup, offset!(cgroup_kn)) else { return 0 };
         if kn == 0 {
             return 0;
         }
-        read_at::<u64>(kn, off.kernfs_node_id).unwrap_or(0)
+        read_at::<u64>(kn, offset!(kernfs_node_id)).unwrap_or(0)
     }
 }

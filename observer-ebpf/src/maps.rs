@@ -45,14 +45,23 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     skb_protocol: 0,
     skb_tcp_tw_isn: 0,
     net_tcp_syncookies: 0,
+    inet_sport: 0,
 };
 
-/// Read the offsets through a volatile load: the compiler must not fold the
-/// zeros above into the code, since userspace rewrites them before load.
-#[inline(always)]
-pub fn offsets() -> KernelOffsets {
-    unsafe { core::ptr::read_volatile(&OFFSETS) }
+/// One field of the offsets, read through a volatile load: the compiler
+/// must not fold the zeros above into the code, since userspace rewrites
+/// them before load. One field at a time: a volatile read of the whole
+/// struct copies all of it onto the stack (128 bytes of Linux 5.10's 512
+/// at every use).
+macro_rules! offset {
+    ($field:ident) => {{
+        // SAFETY: a field of a static, read in place.
+        #[allow(unused_unsafe, reason = "used inside unsafe blocks and out")]
+        let value = unsafe { core::ptr::read_volatile(core::ptr::addr_of!($crate::maps::OFFSETS.$field)) };
+        value
+    }};
 }
+pub(crate) use offset;
 
 /// Which fallbacks are active (index 0); written by userspace after it knows
 /// which preferred hooks attached.

@@ -25,12 +25,13 @@ use aya_ebpf::{
     macros::{fentry, kprobe},
     programs::{FEntryContext, ProbeContext},
 };
-use observer_common::{ListenerDropKey, ListenerKey, listener_drop, lost};
+use observer_common::{ListenerDropKey, ListenerKey, listener_drop, lost, trace_event};
 
 use crate::{
     counters::{bump_listener_drop, count_lost},
     kernel::{read_at, sock_family, sock_local_port, sock_netns, sock_owner},
-    maps::{config, offsets},
+    maps::{config, offset},
+    trace,
 };
 
 /// ETH_P_IP as `sk_buff.protocol` holds it (network order, read as u16
@@ -87,9 +88,8 @@ pub fn overflow_ack_v6_kprobe(ctx: ProbeContext) -> u32 {
 /// `sk_acceptq_is_full`: more connections queued than the backlog.
 #[inline(always)]
 fn accept_queue_full(sk: u64) -> bool {
-    let off = offsets();
-    let queued: u32 = unsafe { read_at(sk, off.sock_ack_backlog) }.unwrap_or(0);
-    let backlog: u32 = unsafe { read_at(sk, off.sock_max_ack_backlog) }.unwrap_or(u32::MAX);
+    let queued: u32 = unsafe { read_at(sk, offset!(sock_ack_backlog)) }.unwrap_or(0);
+    let backlog: u32 = unsafe { read_at(sk, offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
     queued > backlog
 }
 
@@ -106,13 +106,13 @@ fn on_syn(sk: u64, skb: u64) {
     if !overflows && !count_syn_queue {
         return;
     }
-    let off = offsets();
-    let isn: u32 = unsafe { read_at(skb, off.skb_tcp_tw_isn) }.unwrap_or(0);
+    let isn: u32 = unsafe { read_at(skb, offset!(skb_tcp_tw_isn)) }.unwrap_or(0);
     if isn == 0 {
-        let net: u64 = unsafe { read_at(sk, off.skc_net) }.unwrap_or(0);
-        let syncookies: u8 = if net == 0 { 1 } else { unsafe { read_at(net, off.net_tcp_syncookies) }.unwrap_or(1) };
-        let syn_queue: u32 = unsafe { read_at(sk, off.icsk_syn_queue_len) }.unwrap_or(0);
-        let backlog: u32 = unsafe { read_at(sk, off.sock_max_ack_backlog) }.unwrap_or(u32::MAX);
+        let net: u64 = unsafe { read_at(sk, offset!(skc_net)) }.unwrap_or(0);
+        let syncookies: u8 =
+            if net == 0 { 1 } else { unsafe { read_at(net, offset!(net_tcp_syncookies)) }.unwrap_or(1) };
+        let syn_queue: u32 = unsafe { read_at(sk, offset!(icsk_syn_queue_len)) }.unwrap_or(0);
+        let backlog: u32 = unsafe { read_at(sk, offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
         // `inet_csk_reqsk_queue_is_full`: `>=` before the 2024 fix, `>`
         // since (userspace asked this kernel which, `Config`).
         let syn_queue_full =
@@ -141,7 +141,7 @@ fn on_last_ack(sk: u64) {
 
 #[inline(always)]
 fn on_last_ack_v6(sk: u64, skb: u64) {
-    let protocol: u16 = unsafe { read_at(skb, offsets().skb_protocol) }.unwrap_or(0);
+    let protocol: u16 = unsafe { read_at(skb, offset!(skb_protocol)) }.unwrap_or(0);
     if protocol != ETH_P_IP_BE {
         on_last_ack(sk);
     }
@@ -163,4 +163,5 @@ pub fn count_listener_drop(sk: u64, reason: u32) {
     if !bump_listener_drop(&ListenerDropKey { owner, listener, reason, _pad: 0 }) {
         count_lost(lost::LISTEN_OVERFLOWS_FULL);
     }
+    trace::socket_event(trace_event::LISTENER_DROP, reason, &owner, sk);
 }

@@ -22,7 +22,7 @@ use crate::{
     kernel::{
         IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
     },
-    maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offsets},
+    maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offset},
     time_wait::{count_once_per_pair, is_time_wait_entry},
 };
 
@@ -96,12 +96,11 @@ fn record_listener(sk: u64) {
 /// listener is unhashed in this same state change: no SYN finds it after.
 #[inline(always)]
 fn record_closed_listener(sk: u64) {
-    let off = offsets();
     let owner = sock_owner(sk);
     let closed = ClosedListener {
-        cookie: unsafe { read_at::<u64>(sk, off.skc_cookie) }.unwrap_or(0),
+        cookie: unsafe { read_at::<u64>(sk, offset!(skc_cookie)) }.unwrap_or(0),
         listener: ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) },
-        drops: unsafe { read_at::<u32>(sk, off.sock_drops) }.unwrap_or(0),
+        drops: unsafe { read_at::<u32>(sk, offset!(sock_drops)) }.unwrap_or(0),
         _pad: 0,
         owner,
     };

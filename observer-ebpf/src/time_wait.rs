@@ -26,12 +26,13 @@ use aya_ebpf::{
     macros::{btf_tracepoint, fentry, kprobe},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext},
 };
-use observer_common::{RecentlyCounted, tcp_state::*};
+use observer_common::{RecentlyCounted, tcp_state::*, trace_event};
 
 use crate::{
     counters::{ProcCounter, bump_netns_time_wait, bump_proc},
     kernel::{IPPROTO_TCP, sock_err, sock_family, sock_netns, sock_owner, sock_protocol},
     maps::TIME_WAIT_RECENT,
+    trace,
 };
 
 /// void tcp_time_wait(struct sock *sk, int state, int timeo): the socket is
@@ -124,4 +125,5 @@ pub fn count_time_wait(sk: u64) {
     let owner = sock_owner(sk);
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
     bump_netns_time_wait(sock_netns(sk));
+    trace::socket_event(trace_event::TIME_WAIT, 0, &owner, sk);
 }

@@ -1,35 +1,84 @@
-//! Events queued for `observer trace`, only while its own copy of the
-//! programs runs with `Config::trace` set: the daemon's copy never
-//! reserves a record. Each record is written in place in the ring buffer
-//! (no copy on the stack: these sites run inside `sock_state`, close to
-//! Linux 5.10's 512-byte stack limit).
-use aya_ebpf::helpers::bpf_ktime_get_ns;
-use observer_common::{ConnectErrorKey, TraceEvent, trace_event};
+//! Events queued for `observer trace`, only those of the kinds its own copy
+//! of the programs asked for (`Config::trace`, `trace_event` bits): the
+//! daemon's copy never reserves a record, and pays one read of the config
+//! per event. Each record is written in place in the ring buffer (no copy
+//! on the stack: these sites run inside `sock_state`, close to Linux
+//! 5.10's 512-byte stack limit).
+use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::ring_buf::RingBufEntry};
+use observer_common::{Actor, ConnectErrorKey, TraceEvent, trace_event};
 
-use crate::maps::{TRACE_DROPPED, TRACE_EVENTS};
+use crate::{
+    kernel::{read_destination_into, sock_family, sock_remote_port, sock_source_port},
+    maps::{CONFIG, TRACE_DROPPED, TRACE_EVENTS},
+};
 
-/// Queue one connect() failure.
+/// Whether `observer trace` asked for events of `kind`.
 #[inline(always)]
-pub fn connect_error(key: &ConnectErrorKey) {
+fn wanted(kind: u32) -> bool {
+    CONFIG.get(0).is_some_and(|c| c.trace & kind != 0)
+}
+
+/// Reserve a record with its kind, detail and time written: the caller
+/// writes the rest in place and submits it. A full ring counts the event
+/// in `TRACE_DROPPED` instead. (No closure: the compiler keeps one out of
+/// line, a second stack frame the 5.10 verifier adds to `sock_state`'s.)
+#[inline(always)]
+fn reserve(kind: u32, detail: u32) -> Option<RingBufEntry<TraceEvent>> {
     let Some(mut entry) = TRACE_EVENTS.reserve::<TraceEvent>(0) else {
         if let Some(n) = TRACE_DROPPED.get_ptr_mut(0) {
             // SAFETY: this CPU's slot.
             unsafe { *n += 1 };
         }
-        return;
+        return None;
     };
     let e = entry.as_mut_ptr();
     // SAFETY: `e` points at the reserved record, which is ours until
-    // submitted; every field is written before it is.
+    // submitted.
     unsafe {
-        (*e).kind = trace_event::CONNECT_ERROR;
-        (*e).errno = key.errno;
+        (*e).kind = kind;
+        (*e).detail = detail;
         (*e).time_ns = bpf_ktime_get_ns();
+        (*e)._pad = 0;
+    }
+    Some(entry)
+}
+
+/// One connect() failure.
+#[inline(always)]
+pub fn connect_error(key: &ConnectErrorKey) {
+    if !wanted(trace_event::CONNECT_ERROR) {
+        return;
+    }
+    let Some(mut entry) = reserve(trace_event::CONNECT_ERROR, key.errno) else { return };
+    let e = entry.as_mut_ptr();
+    // SAFETY: the reserved record; every field written before submitting.
+    unsafe {
         (*e).actor = key.actor;
         (*e).daddr = key.daddr;
         (*e).family = key.family;
         (*e).dport = key.dport;
-        (*e)._pad = 0;
+        (*e).lport = 0;
+    }
+    entry.submit(0);
+}
+
+/// An event of `kind` on socket `sk` (its far end and local port read
+/// from it straight into the record), of `actor`.
+#[inline(always)]
+pub fn socket_event(kind: u32, detail: u32, actor: &Actor, sk: u64) {
+    if !wanted(kind) {
+        return;
+    }
+    let Some(mut entry) = reserve(kind, detail) else { return };
+    let e = entry.as_mut_ptr();
+    // SAFETY: the reserved record; every field written before submitting.
+    unsafe {
+        let family = sock_family(sk);
+        (*e).actor = *actor;
+        (*e).family = family;
+        read_destination_into(sk, family, &mut (*e).daddr);
+        (*e).dport = sock_remote_port(sk);
+        (*e).lport = sock_source_port(sk);
     }
     entry.submit(0);
 }

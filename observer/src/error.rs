@@ -84,6 +84,9 @@ pub enum Error {
 
     #[error("no network namespace could be examined: run as root, or with {needs}")]
     NothingExamined { needs: String },
+
+    #[error("observer trace cannot show {what} here: {why}")]
+    NotTraceable { what: String, why: String },
 }
 
 impl Error {

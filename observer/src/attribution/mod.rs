@@ -103,6 +103,13 @@ impl Attributor {
         self.walked = false;
     }
 
+    /// Whether `cgroup_id` was missing from the last walk of the cgroup
+    /// tree (a cgroup made since, e.g. a new pod's), so `labels` had no
+    /// answer for it yet.
+    pub fn unknown_cgroup(&self, cgroup_id: u64) -> bool {
+        cgroup_id != 0 && !self.cache.contains_key(&cgroup_id)
+    }
+
     /// Who `pid` is (0: an unknown owner in cgroup `cgroup_id`).
     pub fn identity(&mut self, cgroup_id: u64, pid: u32) -> Identity {
         let executable = if pid == 0 { None } else { crate::node::executable::name(&self.proc_root, pid) };

@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::{
     probes::AttachMode,
-    trace::{Options, filter},
+    trace::{Options, event::Kind, filter},
 };
 
 /// Print every connect() failure on this node as it happens, one line
@@ -13,7 +13,8 @@ use crate::{
 /// Like `strace -e trace=connect`, but for every process at once and
 /// without ptrace (which slows the traced process down): synchronous
 /// failures (EADDRNOTAVAIL: no local port left) and those a non-blocking
-/// connect learns later (ECONNREFUSED, ETIMEDOUT) alike.
+/// connect learns later (ECONNREFUSED, ETIMEDOUT) alike. --events adds
+/// TIME_WAIT entries, listener overflows, connects and accepts.
 ///
 /// At most --rate lines a second; the events left out are counted in a
 /// line each second ("# N events left out"), so a storm stays readable and
@@ -23,10 +24,21 @@ use crate::{
 ///
 /// Examples: `observer trace --errno EADDRNOTAVAIL`,
 /// `observer trace --pod shop/payment-api-7d9f --json`,
+/// `observer trace --events connect,time-wait --pid 4242` (one process's
+/// connection churn: a new connection per request shows as a connect and
+/// a TIME_WAIT each),
 /// `kubectl exec -n observer ds/observer -- observer trace --dest 10.0.0.5:27017`.
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// Only these errnos, by name or number (e.g. EADDRNOTAVAIL,ETIMEDOUT).
+    /// What to print: connect-error (connect() failed), time-wait (a
+    /// socket entered TIME_WAIT, its port held 60 s), overflow (a listener
+    /// turned a connection away: accept or SYN queue full), connect
+    /// (a SYN sent), accept (accept() returned a connection).
+    #[arg(long, value_name = "KIND,...", value_delimiter = ',', value_enum, default_value = "connect-error")]
+    pub events: Vec<Kind>,
+
+    /// Only connect errors with these errnos, by name or number (e.g.
+    /// EADDRNOTAVAIL,ETIMEDOUT); events of other kinds pass.
     #[arg(long, value_name = "ERRNO,...", value_delimiter = ',', value_parser = filter::parse_errno)]
     pub errno: Vec<u32>,
 
@@ -38,7 +50,9 @@ pub struct TraceArgs {
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub pod: Option<String>,
 
-    /// Only connects toward this address (and port, if given).
+    /// Only events whose far end is this address (and port, if given): a
+    /// connect's destination, an accepted connection's client, a TIME_WAIT
+    /// socket's peer (listener drops have none).
     #[arg(long, value_name = "ADDR[:PORT]", value_parser = filter::parse_dest)]
     pub dest: Option<(IpAddr, Option<u16>)>,
 
@@ -74,7 +88,11 @@ fn parse_rate(text: &str) -> Result<u64, String> {
 
 impl TraceArgs {
     pub fn options(self) -> Options {
+        let mut kinds = self.events;
+        kinds.sort_unstable();
+        kinds.dedup();
         Options {
+            kinds,
             filter: filter::Filter {
                 errnos: (!self.errno.is_empty()).then(|| self.errno.into_iter().collect()),
                 pid: self.pid,

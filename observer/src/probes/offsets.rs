@@ -64,6 +64,7 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
             .and_then(|cb| Ok(cb + r.offset("tcp_skb_cb", "tcp_tw_isn")?))
             .unwrap_or(0),
         net_tcp_syncookies: r.offset("net", "ipv4.sysctl_tcp_syncookies").unwrap_or(0),
+        inet_sport: r.offset("inet_sock", "inet_sport")?,
     };
     if offsets.sock_cgroup == 0 || offsets.cgroup_kn == 0 {
         tracing::info!(

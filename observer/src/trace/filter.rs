@@ -2,26 +2,35 @@
 //! destination, all that are given.
 use std::{collections::BTreeSet, net::IpAddr};
 
+use observer_common::{TraceEvent, trace_event};
+
+use super::event::far_end;
 use crate::export::errno_name;
 
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
+    /// Connect errors with these errnos only (other kinds have none and
+    /// pass).
     pub errnos: Option<BTreeSet<u32>>,
     pub pid: Option<u32>,
     /// `namespace/name`.
     pub pod: Option<String>,
-    /// An address, and a port if given.
+    /// The far end: an address, and a port if given (a listener drop has
+    /// no far end: left out when this is given).
     pub dest: Option<(IpAddr, Option<u16>)>,
 }
 
 impl Filter {
-    /// Whether an event of `pid` (in `pod`, if any) with `errno` toward
-    /// `addr`:`port` is wanted.
-    pub fn matches(&self, pid: u32, pod: Option<&str>, errno: u32, addr: IpAddr, port: u16) -> bool {
-        self.errnos.as_ref().is_none_or(|e| e.contains(&errno))
-            && self.pid.is_none_or(|p| p == pid)
+    /// Whether `e` (of a process in `pod`, if any) is wanted.
+    pub fn matches(&self, e: &TraceEvent, pod: Option<&str>) -> bool {
+        let errno_ok =
+            e.kind != trace_event::CONNECT_ERROR || self.errnos.as_ref().is_none_or(|s| s.contains(&e.detail));
+        errno_ok
+            && self.pid.is_none_or(|p| p == e.actor.tgid)
             && self.pod.as_deref().is_none_or(|want| pod == Some(want))
-            && self.dest.is_none_or(|(a, p)| a == addr && p.is_none_or(|p| p == port))
+            && self
+                .dest
+                .is_none_or(|(a, p)| far_end(e).is_some_and(|far| far.ip() == a && p.is_none_or(|p| p == far.port())))
     }
 }
 
@@ -50,22 +59,35 @@ pub fn parse_dest(text: &str) -> Result<(IpAddr, Option<u16>), String> {
 mod tests {
     use super::*;
 
+    fn event(kind: u32, pid: u32, errno: u32, port: u16) -> TraceEvent {
+        let mut e =
+            TraceEvent { kind, detail: errno, family: observer_common::AF_INET, dport: port, ..Default::default() };
+        e.daddr[..4].copy_from_slice(&[10, 0, 0, 5]);
+        e.actor.tgid = pid;
+        e
+    }
+
     #[test]
     fn every_given_condition_must_hold() {
-        let addr: IpAddr = "10.0.0.5".parse().unwrap();
+        let error = |pid, errno, port| event(trace_event::CONNECT_ERROR, pid, errno, port);
         let f = Filter {
             errnos: Some([99].into()),
             pid: Some(7),
             dest: Some(parse_dest("10.0.0.5:27017").unwrap()),
             ..Filter::default()
         };
-        assert!(f.matches(7, None, 99, addr, 27017));
-        assert!(!f.matches(8, None, 99, addr, 27017), "another pid");
-        assert!(!f.matches(7, None, 111, addr, 27017), "another errno");
-        assert!(!f.matches(7, None, 99, addr, 80), "another port");
-        assert!(Filter::default().matches(1, Some("a/b"), 1, addr, 1), "no condition: everything");
+        assert!(f.matches(&error(7, 99, 27017), None));
+        assert!(!f.matches(&error(8, 99, 27017), None), "another pid");
+        assert!(!f.matches(&error(7, 111, 27017), None), "another errno");
+        assert!(!f.matches(&error(7, 99, 80), None), "another port");
+        assert!(f.matches(&event(trace_event::CONNECT, 7, 0, 27017), None), "a connect has no errno to hold");
+        assert!(
+            !f.matches(&event(trace_event::LISTENER_DROP, 7, 0, 27017), None),
+            "a listener drop has no destination"
+        );
+        assert!(Filter::default().matches(&error(1, 1, 1), Some("a/b")), "no condition: everything");
         let pod = Filter { pod: Some("shop/api-1".into()), ..Filter::default() };
-        assert!(pod.matches(1, Some("shop/api-1"), 1, addr, 1) && !pod.matches(1, None, 1, addr, 1));
+        assert!(pod.matches(&error(1, 1, 1), Some("shop/api-1")) && !pod.matches(&error(1, 1, 1), None));
     }
 
     #[test]

@@ -5,23 +5,23 @@
 //! nobody pays for records while nobody traces. Here: each record named
 //! (executable, pod), filtered, rate-limited with the rest counted, and
 //! printed as text or JSON.
+pub mod event;
 pub mod filter;
 pub mod rate;
 
 use std::{
     collections::HashMap,
-    net::IpAddr,
     path::PathBuf,
     time::{Duration, Instant, SystemTime},
 };
 
-use observer_common::{AF_INET6, TraceEvent, trace_event};
+use event::Named;
+use observer_common::TraceEvent;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
     attribution::Attributor,
     error::Error,
-    export::errno_name,
     probes::{AttachMode, Probes, TraceMaps},
 };
 
@@ -30,6 +30,8 @@ use crate::{
 pub const RING_BYTES: u32 = 4 << 20;
 
 pub struct Options {
+    /// What to trace (at least one kind).
+    pub kinds: Vec<event::Kind>,
     pub filter: filter::Filter,
     pub json: bool,
     /// Lines a second at most.
@@ -49,16 +51,28 @@ pub struct Summary {
 
 /// Trace until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<Summary, Error> {
-    let (probes, TraceMaps { events, dropped }) = Probes::load_for_trace(opts.attach_mode, RING_BYTES)?;
-    let hooks: Vec<String> = probes
-        .attachments
-        .iter()
-        .filter(|a| a.hook == "inet_stream_connect" || a.hook == "inet_sock_set_state")
-        .map(|a| format!("{} ({})", a.hook, a.mode))
-        .collect();
+    let (probes, TraceMaps { events, dropped }) =
+        Probes::load_for_trace(opts.attach_mode, RING_BYTES, event::bits(&opts.kinds))?;
+    let mut kinds = Vec::new();
+    for kind in &opts.kinds {
+        match event::unavailable(*kind, &probes.attachments) {
+            // Alone, it is an error; beside others, a note and the rest.
+            Some(why) if opts.kinds.len() == 1 => {
+                return Err(Error::NotTraceable { what: kind.described().into(), why });
+            }
+            Some(why) => eprintln!("observer trace: leaving out {}: {why}", kind.described()),
+            None => kinds.push(*kind),
+        }
+    }
+    let mut hooks: Vec<String> = Vec::new();
+    for a in probes.attachments.iter().filter(|a| kinds.iter().any(|k| k.hooks().contains(&a.hook))) {
+        hooks.push(format!("{} ({})", a.hook, a.mode));
+    }
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.described()).collect();
     eprintln!(
-        "observer trace: connect() failures of every process, at {}; at most {} lines a second; Ctrl-C ends it",
-        hooks.join(" and "),
+        "observer trace: {} of every process, at {}; at most {} lines a second; Ctrl-C ends it",
+        kinds.join(", "),
+        hooks.join(", "),
         opts.rate
     );
     // SAFETY: the ring buffer owns its map's file descriptor, open and the
@@ -101,18 +115,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 let mut guard = readable.map_err(|source| Error::System { what: "poll the trace ring buffer", source })?;
                 let ring = guard.get_inner_mut();
                 while let Some(record) = ring.next() {
-                    let Some(event) = parse(&record) else { continue };
-                    if event.kind != trace_event::CONNECT_ERROR {
-                        continue;
-                    }
+                    let Some(event) = event::parse(&record) else { continue };
                     let named = namer.name(&event);
-                    let addr = address(&event);
-                    if !opts.filter.matches(event.actor.tgid, named.pod.as_deref(), event.errno, addr, event.dport) {
+                    if !opts.filter.matches(&event, named.pod.as_deref()) {
                         continue;
                     }
                     if limit.admit(Instant::now()) {
                         summary.shown += 1;
-                        let line = if opts.json { json_line(&event, &named, &namer) } else { text_line(&event, &named, &namer) };
+                        let line = if opts.json { event::json_line(&event, &named) } else { event::text_line(&event, &named) };
                         if !print_line(&line) {
                             return Ok(summary);
                         }
@@ -142,30 +152,8 @@ fn print_line(line: &str) -> bool {
     writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
-/// A record as the kernel wrote it (`TraceEvent`, observer-common's
-/// layout, read in place: one definition of it for both sides).
-fn parse(record: &[u8]) -> Option<TraceEvent> {
-    (record.len() >= std::mem::size_of::<TraceEvent>())
-        // SAFETY: long enough, and TraceEvent is plain data (aya::Pod).
-        .then(|| unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<TraceEvent>()) })
-}
-
 fn lost(dropped: &aya::maps::PerCpuArray<aya::maps::MapData, u64>) -> u64 {
     dropped.get(&0, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0)
-}
-
-fn address(e: &TraceEvent) -> IpAddr {
-    if e.family == AF_INET6 {
-        IpAddr::from(e.daddr)
-    } else {
-        IpAddr::from([e.daddr[0], e.daddr[1], e.daddr[2], e.daddr[3]])
-    }
-}
-
-/// Who an event is about.
-struct Named {
-    executable: String,
-    pod: Option<String>,
 }
 
 /// Names processes (their executable, cached per pid) and their pods (the
@@ -176,7 +164,15 @@ struct Namer {
     executables: HashMap<u32, String>,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, in nanoseconds, taken at start.
     wall_offset_ns: i128,
+    /// When the cgroup tree was last walked again for a cgroup it did not
+    /// have (a pod started since): at most every `REWALK_EVERY`.
+    last_rewalk: Instant,
 }
+
+/// A cgroup unknown to the last walk is looked for again after this long:
+/// a new pod's first events are named (and kept by `--pod`), and a storm
+/// from new cgroups costs at most ten walks a second.
+const REWALK_EVERY: Duration = Duration::from_millis(100);
 
 impl Namer {
     fn new(opts: &Options) -> Self {
@@ -191,10 +187,12 @@ impl Namer {
             proc_root: opts.proc_root.clone(),
             executables: HashMap::new(),
             wall_offset_ns,
+            last_rewalk: Instant::now(),
         }
     }
 
     fn name(&mut self, e: &TraceEvent) -> Named {
+        let time = self.time(e);
         let pid = e.actor.tgid;
         if self.executables.len() > 10_000 {
             self.executables.clear();
@@ -206,11 +204,20 @@ impl Namer {
                 crate::node::executable::name(&self.proc_root, pid).unwrap_or_else(|| e.actor.comm_str().to_string())
             })
             .clone();
-        let pod = self.attributor.labels(e.actor.cgroup_id, pid).and_then(|l| match (&l.namespace, &l.pod_name) {
+        let mut labels = self.attributor.labels(e.actor.cgroup_id, pid);
+        if labels.is_none()
+            && self.attributor.unknown_cgroup(e.actor.cgroup_id)
+            && self.last_rewalk.elapsed() >= REWALK_EVERY
+        {
+            self.last_rewalk = Instant::now();
+            self.attributor.next_round();
+            labels = self.attributor.labels(e.actor.cgroup_id, pid);
+        }
+        let pod = labels.and_then(|l| match (&l.namespace, &l.pod_name) {
             (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
             _ => None,
         });
-        Named { executable, pod }
+        Named { time, executable, pod }
     }
 
     fn time(&self, e: &TraceEvent) -> String {
@@ -218,40 +225,4 @@ impl Namer {
         let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(ns as u64);
         humantime::format_rfc3339_micros(at).to_string()
     }
-}
-
-fn destination(e: &TraceEvent) -> String {
-    std::net::SocketAddr::new(address(e), e.dport).to_string()
-}
-
-fn meaning(errno: u32) -> &'static str {
-    nix::errno::Errno::from_raw(errno as i32).desc()
-}
-
-fn text_line(e: &TraceEvent, named: &Named, namer: &Namer) -> String {
-    format!(
-        "{} pid {} {}{} connect {} {} ({})",
-        namer.time(e),
-        e.actor.tgid,
-        named.executable,
-        named.pod.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default(),
-        destination(e),
-        errno_name(e.errno),
-        meaning(e.errno)
-    )
-}
-
-fn json_line(e: &TraceEvent, named: &Named, namer: &Namer) -> String {
-    serde_json::json!({
-        "time": namer.time(e),
-        "event": "connect_error",
-        "pid": e.actor.tgid,
-        "executable": named.executable,
-        "pod": named.pod,
-        "destination": destination(e),
-        "errno": e.errno,
-        "error": errno_name(e.errno),
-        "meaning": meaning(e.errno),
-    })
-    .to_string()
 }

@@ -201,6 +201,26 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    tried to save ~15% of `sock_state`'s key building, was reverted: it
    took the program's stack to 504 bytes, which Linux 5.10's verifier
    refuses with its callee's (512 at most).
+10. **2026-12-02, a running `observer trace` (issue 20)**: two new rows,
+   the daemon with a trace beside it. With nobody tracing, nothing
+   changes (the daemon's programs read one config field at each counting
+   site and queue nothing: the `observer` row). A running trace is a
+   second copy of every program on every hook, so even idle (connect
+   errors only, none in this load) it costs about what the daemon does:
+   0.856 -> 0.698 of the baseline, 4.7 -> 16.6 s of CPU per 1M cycles
+   (its programs plus its process); queueing every connect, accept and
+   TIME_WAIT entry (3 records per cycle, 200 lines a second printed, the
+   rest counted) 0.593. Worth doing next: a trace attaching only the
+   hooks of the kinds asked for (connect errors need the connect hooks
+   and `sock_state`, not accept, the TIME_WAIT twin or the overflow
+   programs). In one run with the busy trace, the daemon's TIME_WAIT
+   count was short by 132, which it reported as unseen (the kernel
+   skipped both twins of those events: the longer runs nest more); every
+   other run exact, the daemon alone included. Also this run: the
+   kernel offsets are read one field at a time (a volatile copy of the
+   whole struct cost stack, not time), and the trace's record is written
+   in place without a closure, keeping `sock_state` at 480 bytes of
+   stack, under 5.10's 512.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -1,10 +1,11 @@
-//! `observer trace`: every connect() failure on the node as it happens,
-//! one line each, like strace for every process at once and without
-//! ptrace. Its own copy of the programs queues each failure in a ring
-//! buffer (`Probes::load_for_trace`); the daemon's copy never does, so
-//! nobody pays for records while nobody traces. Here: each record named
-//! (executable, pod), filtered, rate-limited with the rest counted, and
-//! printed as text or JSON.
+//! `observer trace`: every connect() failure on the node as it happens
+//! (and, with `--events`, TIME_WAIT entries, listener drops, connects,
+//! accepts), one line each, like strace for every process at once and
+//! without ptrace. Its own copy of the programs queues each event of the
+//! kinds asked for in a ring buffer (`Probes::load_for_trace`); the
+//! daemon's copy never does, so nobody pays for records while nobody
+//! traces. Here: each record named (executable, pod), filtered,
+//! rate-limited with the rest counted, and printed as text or JSON.
 pub mod event;
 pub mod filter;
 pub mod rate;
@@ -68,10 +69,12 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     for a in probes.attachments.iter().filter(|a| kinds.iter().any(|k| k.hooks().contains(&a.hook))) {
         hooks.push(format!("{} ({})", a.hook, a.mode));
     }
-    let kinds: Vec<&str> = kinds.iter().map(|k| k.described()).collect();
+    // Records of a kind left out are not printed, should a program queue one.
+    let shown_kinds = event::bits(&kinds);
+    let described: Vec<&str> = kinds.iter().map(|k| k.described()).collect();
     eprintln!(
         "observer trace: {} of every process, at {}; at most {} lines a second; Ctrl-C ends it",
-        kinds.join(", "),
+        described.join(", "),
         hooks.join(", "),
         opts.rate
     );
@@ -116,6 +119,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 let ring = guard.get_inner_mut();
                 while let Some(record) = ring.next() {
                     let Some(event) = event::parse(&record) else { continue };
+                    if event.kind & shown_kinds == 0 {
+                        continue;
+                    }
                     let named = namer.name(&event);
                     if !opts.filter.matches(&event, named.pod.as_deref()) {
                         continue;

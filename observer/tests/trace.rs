@@ -281,6 +281,10 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
     let _serial = serial();
     let trace = Trace::start(&["--events", "connect,accept,time-wait"]);
     let ns = Netns::new();
+    // No connect may take over a TIME_WAIT socket's port (loopback's
+    // default tcp_tw_reuse=2 allows it after 1 s, which a slow VM
+    // reaches): each TIME_WAIT entry must still be in `ss` at the end.
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
     let server = ns.serve(&["--listen", "127.0.0.1:8080"]);
     let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &COUNT.to_string()]);
     assert_eq!(client.connected, COUNT as u64, "{client:?}");

@@ -301,6 +301,13 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
     let trace = trace.stop();
     assert_eq!(counts(&trace), (COUNT, COUNT, COUNT), "once each");
 
+    // A client end closed first waits in FIN-WAIT-2 (a timewait socket
+    // already, traced) until the server's FIN: wait for every one to be
+    // listed in TIME_WAIT (a slow VM's server may close late).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while ss_local_ports(&ns, "time-wait").len() < COUNT && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let in_time_wait = ss_local_ports(&ns, "time-wait");
     assert_eq!(in_time_wait.len(), COUNT, "the kernel's TIME_WAIT sockets");
     let connects = trace.events_of("connect");

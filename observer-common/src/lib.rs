@@ -269,10 +269,6 @@ pub struct Config {
     /// (`inet_csk_reqsk_queue_is_full` with `>=`, before the 2024 fix);
     /// 0: above `backlog` (`>`). Userspace asks the kernel which.
     pub syn_queue_full_at_backlog: u32,
-    /// The events `observer trace` asked its own copy of the programs to
-    /// queue in `TRACE_EVENTS` (`trace_event` bits). The daemon's copy
-    /// leaves it 0, so nobody pays for records nobody reads.
-    pub trace: u32,
 }
 
 /// One event queued for `observer trace` (`TRACE_EVENTS`, a ring buffer).
@@ -302,7 +298,8 @@ pub struct TraceEvent {
     pub _pad: u16,
 }
 
-/// `TraceEvent::kind` and `Config::trace`: one bit per kind.
+/// `TraceEvent::kind` and the eBPF object's `TRACE_KINDS` global: one bit
+/// per kind.
 pub mod trace_event {
     /// A connect() that failed: the errno the caller saw, or the outcome
     /// of a non-blocking connect when its socket left SYN_SENT.
@@ -442,7 +439,7 @@ const _: () = {
     assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 28);
+    assert!(size_of::<Config>() == 24);
     assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);

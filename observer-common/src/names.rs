@@ -36,6 +36,9 @@ pub mod maps {
     /// The global with the kernel's struct offsets (not a map of ours,
     /// but set by name the same way).
     pub const OFFSETS: &str = "OFFSETS";
+    /// The global with the events `observer trace` asked for
+    /// (`trace_event` bits; 0 in the daemon's copy).
+    pub const TRACE_KINDS: &str = "TRACE_KINDS";
 }
 
 /// Programs, by the name of their function in observer-ebpf.

@@ -112,18 +112,12 @@ pub fn sock_local_port(sk: u64) -> u16 {
 #[inline(always)]
 pub fn sock_destination(sk: u64, family: u16) -> ([u8; 16], u16) {
     let mut daddr = [0u8; 16];
-    unsafe {
-        if family == AF_INET6 {
-            daddr = read_at(sk, offset!(skc_v6_daddr)).unwrap_or(daddr);
-        } else if let Ok(v4) = read_at::<[u8; 4]>(sk, offset!(skc_daddr)) {
-            daddr[..4].copy_from_slice(&v4);
-        }
-    }
+    read_destination_into(sk, family, &mut daddr);
     (daddr, sock_remote_port(sk))
 }
 
-/// `sock_destination`'s address, read straight into `daddr` (e.g. a ring
-/// buffer record): no copy on the stack.
+/// The remote address (IPv4 in the first 4 bytes), read straight into
+/// `daddr` (e.g. a ring buffer record: no copy on the stack).
 #[inline(always)]
 pub fn read_destination_into(sk: u64, family: u16, daddr: &mut [u8; 16]) {
     *daddr = [0; 16];

@@ -48,6 +48,12 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     inet_sport: 0,
 };
 
+/// The events `observer trace` asked its own copy of the programs to queue
+/// in `TRACE_EVENTS` (`trace_event` bits), set by userspace before load
+/// (`TRACE_KINDS`); 0, never changed, in the daemon's.
+#[unsafe(no_mangle)]
+pub static TRACE_KINDS: u32 = 0;
+
 /// One field of the offsets, read through a volatile load: the compiler
 /// must not fold the zeros above into the code, since userspace rewrites
 /// them before load. One field at a time: a volatile read of the whole
@@ -175,7 +181,7 @@ pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::SLOTS, 0
 #[map]
 pub static LRU_CHURN: PerCpuArray<u64> = PerCpuArray::with_max_entries(lru::SLOTS, 0);
 
-/// Events for `observer trace`, written only while `Config::trace` is set
+/// Events for `observer trace`, written only where `TRACE_KINDS` is set
 /// (the trace command's own copy of the programs). One page here; the
 /// trace command's loader sizes it (`trace::RING_BYTES`), the daemon's
 /// leaves it at this.

@@ -1,7 +1,7 @@
 //! Events queued for `observer trace`, only those of the kinds its own copy
-//! of the programs asked for (`Config::trace`, `trace_event` bits): the
-//! daemon's copy never reserves a record, and pays one read of the config
-//! per event. Each record is written in place in the ring buffer (no copy
+//! of the programs asked for (`TRACE_KINDS`, `trace_event` bits): the
+//! daemon's copy has 0 there, known to the verifier, which leaves the
+//! trace code out of its programs. Each record is written in place in the ring buffer (no copy
 //! on the stack: these sites run inside `sock_state`, close to Linux
 //! 5.10's 512-byte stack limit).
 use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::ring_buf::RingBufEntry};
@@ -9,13 +9,17 @@ use observer_common::{Actor, ConnectErrorKey, TraceEvent, trace_event};
 
 use crate::{
     kernel::{read_destination_into, sock_family, sock_remote_port, sock_source_port},
-    maps::{CONFIG, TRACE_DROPPED, TRACE_EVENTS},
+    maps::{TRACE_DROPPED, TRACE_EVENTS, TRACE_KINDS},
 };
 
-/// Whether `observer trace` asked for events of `kind`.
+/// Whether `observer trace` asked for events of `kind`: a read-only
+/// global, so the verifier knows it, and in the daemon's copy (0) drops
+/// the code after this test.
 #[inline(always)]
 fn wanted(kind: u32) -> bool {
-    CONFIG.get(0).is_some_and(|c| c.trace & kind != 0)
+    // SAFETY: a static, read in place; volatile, as userspace sets it
+    // before load.
+    unsafe { core::ptr::read_volatile(&TRACE_KINDS) & kind != 0 }
 }
 
 /// Reserve a record with its kind, detail and time written: the caller

@@ -349,10 +349,16 @@ pub type Pods = std::collections::HashMap<PodKey, Identity>;
 /// else its `comm` (the process ended before the lookup); tgid 0 means
 /// the socket's owner is unknown (it was opened before observer started).
 fn name_of(actor: &Actor, identity: Option<&Identity>) -> String {
+    executable_name(actor, identity.and_then(|i| i.executable.clone()))
+}
+
+/// `name_of`, given the executable its lookup `found` (if any); also
+/// what `observer trace` prints.
+pub(crate) fn executable_name(actor: &Actor, found: Option<String>) -> String {
     if actor.tgid == 0 {
         return "unknown".to_string();
     }
-    if let Some(executable) = identity.and_then(|i| i.executable.clone()) {
+    if let Some(executable) = found {
         return executable;
     }
     let len = actor.comm.iter().position(|&b| b == 0).unwrap_or(actor.comm.len());

@@ -203,8 +203,9 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    refuses with its callee's (512 at most).
 10. **2026-12-02, a running `observer trace` (issue 20)**: two new rows,
    the daemon with a trace beside it. With nobody tracing, nothing
-   changes (the daemon's programs read one config field at each counting
-   site and queue nothing: the `observer` row). A running trace is a
+   changes (measured with a config field read at each counting site, the
+   `observer` row; since, the kinds are a read-only global, 0 in the
+   daemon's copy, and the verifier leaves the trace code out of it). A running trace is a
    second copy of every program on every hook, so even idle (connect
    errors only, none in this load) it costs about what the daemon does:
    0.856 -> 0.698 of the baseline, 4.7 -> 16.6 s of CPU per 1M cycles

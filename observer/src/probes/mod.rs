@@ -82,17 +82,13 @@ impl Probes {
 
     /// `observer trace`'s own copy of the programs: loaded and attached as
     /// the daemon's are (small socket maps: it counts nothing it reads),
-    /// its ring buffer `ring_bytes` large (a power of 2, in pages), then
-    /// told to queue the events of `kinds` (`Config::trace`, observer-common's
-    /// `trace_event` bits).
+    /// its ring buffer `ring_bytes` large (a power of 2, in pages),
+    /// queueing the events of `kinds` (observer-common's `trace_event`
+    /// bits, the `TRACE_KINDS` global).
     pub fn load_for_trace(mode: AttachMode, ring_bytes: u32, kinds: u32) -> Result<(Self, TraceMaps), Error> {
         const SOCKETS: u32 = 4096;
-        let (probes, mut maps, trace) =
-            Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), SOCKETS, Some(ring_bytes))?;
-        let config_map = &mut maps.counters.config;
-        let mut config = config_map.get(&0, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
-        config.trace = kinds;
-        config_map.set(0, config, 0).map_err(|e| Error::Map { map: maps::CONFIG, source: e.into() })?;
+        let setup = TraceSetup { ring_bytes, kinds };
+        let (probes, _, trace) = Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), SOCKETS, Some(setup))?;
         Ok((probes, trace))
     }
 
@@ -100,7 +96,7 @@ impl Probes {
         mode: AttachMode,
         btf_path: &Path,
         max_sockets: u32,
-        trace_ring_bytes: Option<u32>,
+        trace: Option<TraceSetup>,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         privileges::check()?;
         privileges::ensure_tracefs()?;
@@ -117,8 +113,12 @@ impl Probes {
             .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
             .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets);
-        if let Some(bytes) = trace_ring_bytes {
-            loader.map_max_entries(maps::TRACE_EVENTS, bytes);
+        // Read-only once loaded: the verifier knows the daemon's 0 and
+        // drops the programs' trace code, so their events cost it nothing.
+        let kinds = trace.as_ref().map_or(0, |t| t.kinds);
+        loader.override_global(maps::TRACE_KINDS, &kinds, true);
+        if let Some(TraceSetup { ring_bytes, .. }) = trace {
+            loader.map_max_entries(maps::TRACE_EVENTS, ring_bytes);
             // The counters only the daemon reads, kept small: a trace
             // runs beside the daemon, in its pod and under its memory
             // limit (`kubectl exec`). A full counter map only makes the
@@ -171,6 +171,14 @@ impl Probes {
 fn raise_memlock_rlimit() {
     let unlimited = nix::libc::RLIM_INFINITY;
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, unlimited, unlimited);
+}
+
+/// What `observer trace`'s copy of the programs is loaded with.
+struct TraceSetup {
+    /// The ring buffer's size (a power of 2, in pages).
+    ring_bytes: u32,
+    /// The `trace_event` bits to queue.
+    kinds: u32,
 }
 
 /// The counter maps `observer trace` never reads (its copy of the

@@ -7,7 +7,10 @@ use observer_common::{AF_INET6, TraceEvent, listener_drop, trace_event};
 
 use crate::{
     export::errno_name,
-    probes::{Attachment, Mode, hooks::LISTEN_OVERFLOW},
+    probes::{
+        Attachment, Mode,
+        hooks::{LISTEN_OVERFLOW, SYN_QUEUE_FULL},
+    },
 };
 
 /// The kinds of events `observer trace --events` takes.
@@ -53,7 +56,7 @@ impl Kind {
         match self {
             Kind::ConnectError => &["inet_stream_connect", "inet_sock_set_state"],
             Kind::TimeWait => &["tcp_time_wait", "inet_sock_set_state"],
-            Kind::Overflow => &["listen_overflow", "syn_queue_full"],
+            Kind::Overflow => &[LISTEN_OVERFLOW, SYN_QUEUE_FULL],
             Kind::Connect => &["tcp_connect", "inet_stream_connect"],
             Kind::Accept => &["inet_csk_accept"],
         }

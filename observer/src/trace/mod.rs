@@ -207,7 +207,7 @@ impl Namer {
             .executables
             .entry(pid)
             .or_insert_with(|| {
-                crate::node::executable::name(&self.proc_root, pid).unwrap_or_else(|| e.actor.comm_str().to_string())
+                crate::series::executable_name(&e.actor, crate::node::executable::name(&self.proc_root, pid))
             })
             .clone();
         let mut labels = self.attributor.labels(e.actor.cgroup_id, pid);

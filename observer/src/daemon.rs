@@ -28,9 +28,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         (Some(otlp), Some(reader)) => Some(otlp::Pusher::new(otlp.clone(), reader.clone())?),
         _ => None,
     };
-    raise_open_files_limit(config.max_namespaces);
-    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
-    check_sock_diag()?;
+    let (probes, mut rounds) = attach(&config)?;
     let attachments = probes.attachments.clone();
 
     let published = Arc::new(Published::default());
@@ -45,15 +43,6 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
     // thread for sock_diag), so rounds run on their own thread; the channel
     // both paces it and tells it to stop.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let mut rounds = Rounds::new(maps, attachments, probes.programs.clone(), &config);
-    if !probes.time_wait_counted_at_entry {
-        warn!(
-            "this kernel counts TIME_WAIT sockets in TcpExtTW/TcpExtTWKilled only when they end (inet_timewait_sock \
-             has tw_kill, as 5.10's does): observer cannot check its count of TIME_WAIT entries against the \
-             kernel's, so observer_kernel_unseen_events_total is not exported"
-        );
-        rounds.without_time_wait_check();
-    }
     let interval = config.interval;
     let health = Arc::new(Health::new(published.clone(), interval));
     let (guard, collector) = health.collector_guard();
@@ -97,6 +86,26 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
         Stopped::Asked => last_round,
         Stopped::CollectorGone => Err(Error::CollectorGone),
     }
+}
+
+/// The programs attached and the rounds that read them, as the daemon and
+/// `observer top`'s own reading (`top::own`) both start them: the open
+/// files limit raised for the sweep, sock_diag checked, the TIME_WAIT
+/// check left out where the kernel cannot back it.
+pub fn attach(config: &RunConfig) -> Result<(Probes, Rounds), Error> {
+    raise_open_files_limit(config.max_namespaces);
+    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
+    check_sock_diag()?;
+    let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), config);
+    if !probes.time_wait_counted_at_entry {
+        warn!(
+            "this kernel counts TIME_WAIT sockets in TcpExtTW/TcpExtTWKilled only when they end (inet_timewait_sock \
+             has tw_kill, as 5.10's does): observer cannot check its count of TIME_WAIT entries against the \
+             kernel's, so observer_kernel_unseen_events_total is not exported"
+        );
+        rounds.without_time_wait_check();
+    }
+    Ok((probes, rounds))
 }
 
 /// How long shutdown waits for the last round.

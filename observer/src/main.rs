@@ -9,11 +9,12 @@ fn main() -> ExitCode {
     let _faults = fail::FailScenario::setup();
     let cli = observer::cli::parse();
     // The daemon says what it attached where; doctor prints its report only.
-    // trace's stderr is for its own lines: the loader's notes are the daemon's.
+    // trace's stderr is for its own lines, and top's screen is its own
+    // (a log line would tear the view): the loader's notes are the daemon's.
     let default_level = match cli.command {
         Command::Run(_) => "info",
-        Command::Trace(_) => "error",
-        Command::Doctor(_) | Command::Top(_) => "warn",
+        Command::Trace(_) | Command::Top(_) => "error",
+        Command::Doctor(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into()))

@@ -1,9 +1,10 @@
-//! `observer top` against a running daemon, while a client runs out of
-//! ports (EADDRNOTAVAIL on every attempt past its two) and a healthy one
-//! connects much faster: the culprit is the first row when sorted by
-//! EADDRNOTAVAIL, the healthy one when sorted by connects, in the printed
-//! table (`--once`) and in the full-screen view in a real terminal (tmux:
-//! keys change the sort, q quits).
+//! `observer top` against a running daemon and on its own programs, while
+//! a client runs out of ports (EADDRNOTAVAIL on every attempt past its two)
+//! and a healthy one connects much faster: the culprit is the first row
+//! when sorted by EADDRNOTAVAIL, the healthy one when sorted by connects,
+//! in the printed table (`--once`) and in the full-screen view in a real
+//! terminal (tmux: keys change the sort, q quits). Without `--from`, top
+//! reads the local daemon where one answers, else attaches its own.
 mod common;
 
 use std::{
@@ -11,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::daemon::{OBSERVER, start_daemon};
+use common::daemon::{OBSERVER, start_daemon, start_daemon_at};
 use observer_testing::{Netns, churn};
 
 /// A client started in the background, killed on drop.
@@ -92,10 +93,13 @@ fn rows(table: &str) -> Vec<(String, Vec<f64>)> {
         .collect()
 }
 
-/// `observer top --once` against the daemon.
-fn once(port: u16, sort: &str) -> String {
+/// `observer top --once` reading from `source` (`--from URL`, `--own`, or
+/// nothing).
+fn once(source: &[&str], sort: &str) -> String {
     let out = Command::new(OBSERVER)
-        .args(["top", "--from", &format!("http://127.0.0.1:{port}"), "--once", "--interval", "2s", "--sort", sort])
+        .arg("top")
+        .args(source)
+        .args(["--once", "--interval", "2s", "--sort", sort])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -103,24 +107,25 @@ fn once(port: u16, sort: &str) -> String {
 }
 
 /// Until `done` holds of a fresh table (the daemon's first rounds).
-fn table_until(port: u16, sort: &str, done: impl Fn(&str) -> bool) -> String {
+fn table_until(source: &[&str], sort: &str, done: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let table = once(port, sort);
+        let table = once(source, sort);
         if done(&table) || Instant::now() > deadline {
             return table;
         }
     }
 }
 
-#[test]
-fn once_prints_the_culprit_first_and_sorts_by_the_column_asked() {
-    let daemon = start_daemon(&[]);
-    let scenario = Scenario::start();
+/// The table's rows as the scenario should make them: the culprit first
+/// by EADDRNOTAVAIL with its destination, the healthy client failing
+/// nothing, the overflowing listener listed; the healthy client first by
+/// connects.
+fn assert_ranks_the_scenario(source: &[&str], scenario: &Scenario) {
     let (culprit, healthy) = (scenario.culprit.0.id().to_string(), scenario.healthy.0.id().to_string());
     let first = |t: &str| rows(t).first().map(|(pid, _)| pid.clone());
 
-    let table = table_until(daemon.port, "eaddrnotavail", |t| first(t).as_deref() == Some(&culprit));
+    let table = table_until(source, "eaddrnotavail", |t| first(t).as_deref() == Some(&culprit));
     let rows_by_errors = rows(&table);
     let (pid, numbers) = &rows_by_errors[0];
     assert_eq!(pid, &culprit, "{table}");
@@ -143,9 +148,64 @@ fn once_prints_the_culprit_first_and_sorts_by_the_column_asked() {
         "the overflowing listener is listed: {table}"
     );
 
-    let table = table_until(daemon.port, "connects", |t| first(t).as_deref() == Some(&healthy));
+    let table = table_until(source, "connects", |t| first(t).as_deref() == Some(&healthy));
     assert_eq!(first(&table).as_deref(), Some(healthy.as_str()), "{table}");
     assert!(table.contains("*CONNECTS/s"), "{table}");
+}
+
+#[test]
+fn once_prints_the_culprit_first_and_sorts_by_the_column_asked() {
+    let daemon = start_daemon(&[]);
+    let scenario = Scenario::start();
+    let from = format!("http://127.0.0.1:{}", daemon.port);
+    assert_ranks_the_scenario(&["--from", &from], &scenario);
+}
+
+/// `--own`: top's own programs, attached for each `--once` (no daemon
+/// involved), rank the same scenario the same way.
+#[test]
+fn its_own_programs_rank_the_culprit_first_without_a_daemon() {
+    let scenario = Scenario::start();
+    let table = once(&["--own"], "eaddrnotavail");
+    assert!(table.starts_with("observer top: its own programs ("), "{table}");
+    assert_ranks_the_scenario(&["--own"], &scenario);
+}
+
+/// Without --from or --own: the daemon at observer run's default address
+/// when one answers there (it costs nothing more), else top's own
+/// programs. (Takes 127.0.0.1:9464, which no other test of this binary
+/// uses.)
+#[test]
+fn without_from_it_reads_the_local_daemon_else_attaches_its_own() {
+    const DEFAULT_PORT: u16 = 9464;
+    drop(std::net::TcpListener::bind(("127.0.0.1", DEFAULT_PORT)).unwrap_or_else(|e| {
+        panic!(
+            "this test needs observer run's default port 127.0.0.1:{DEFAULT_PORT} free (is an observer running?): {e}"
+        )
+    }));
+    let table = once(&[], "eaddrnotavail");
+    assert!(table.starts_with("observer top: its own programs ("), "nothing answers: its own programs:\n{table}");
+    // Nothing answers and top may not attach (every capability dropped):
+    // one error saying both, with what to grant.
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--", OBSERVER, "top", "--once"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no observer answers at http://127.0.0.1:{DEFAULT_PORT}/metrics"))
+            && stderr.contains("--from")
+            && stderr.contains("CAP_BPF"),
+        "{stderr}"
+    );
+
+    let _daemon = start_daemon_at(DEFAULT_PORT, &[], &[]);
+    let table = once(&[], "eaddrnotavail");
+    assert!(
+        table.starts_with(&format!("observer top: http://127.0.0.1:{DEFAULT_PORT}/metrics,")),
+        "a daemon answers: read it:\n{table}"
+    );
 }
 
 /// tmux's view of the pane, as text.

@@ -1,58 +1,84 @@
 //! `observer top`: a live ranking of processes and destinations by the
-//! avalanche signals, read from a running daemon's Prometheus endpoint
-//! (what the node's DaemonSet serves): per-second rates between two
-//! readings.
+//! avalanche signals: per-second rates between two readings, read from a
+//! running daemon's Prometheus endpoint (what the node's DaemonSet serves)
+//! or, where none runs, from top's own programs.
+pub mod endpoint;
+pub mod own;
 pub mod reading;
 pub mod screen;
 pub mod table;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use endpoint::Endpoint;
+use own::OwnPrograms;
 use reading::Reading;
 
-/// Reads a daemon's /metrics.
-pub struct Source {
-    url: String,
-    client: reqwest::Client,
-    runtime: tokio::runtime::Runtime,
+/// Where the readings come from.
+pub enum Source {
+    Daemon(Endpoint),
+    Own(Box<OwnPrograms>),
+}
+
+/// What the command line asked for.
+pub enum Wanted<'a> {
+    /// `--from URL`: that daemon, or an error.
+    Daemon(&'a str),
+    /// `--own`: top's own programs, even beside a daemon.
+    Own,
+    /// Neither: the local daemon where one answers at its default
+    /// address (it costs the node nothing more), else top's own programs.
+    Either,
 }
 
 impl Source {
-    /// `from`: the daemon's endpoint, `http://HOST:PORT` (its /metrics) or
-    /// the full URL of the page.
-    pub fn new(from: &str) -> Result<Self, String> {
-        let url = url::Url::parse(from).map_err(|e| format!("--from {from}: {e}"))?;
-        if url.scheme() != "http" {
-            return Err(format!("--from {from}: observer's endpoint speaks http (http://HOST:PORT)"));
+    /// The source asked for, checked: a daemon by one reading, top's own
+    /// programs by attaching them (an error names what failed).
+    pub fn open(wanted: Wanted, interval: Duration) -> Result<Self, String> {
+        let own =
+            || OwnPrograms::attach(interval).map(|o| Source::Own(Box::new(o))).map_err(|e| crate::error::report(&e));
+        match wanted {
+            Wanted::Daemon(from) => {
+                let endpoint = Endpoint::new(from)?;
+                endpoint.read().map_err(|e| format!("reading {} (is observer running there?): {e}", endpoint.url()))?;
+                Ok(Source::Daemon(endpoint))
+            }
+            Wanted::Own => own(),
+            Wanted::Either => {
+                let endpoint = Endpoint::new(endpoint::DEFAULT)?;
+                match endpoint.read() {
+                    Ok(reading) if reading.from_observer => Ok(Source::Daemon(endpoint)),
+                    answer => {
+                        let why = match answer {
+                            Ok(_) => "not an observer's page".to_string(),
+                            Err(e) => e,
+                        };
+                        own().map_err(|e| {
+                            format!(
+                                "no observer answers at {} ({why}; --from names another), and top cannot attach \
+                                 its own programs: {e}",
+                                endpoint.url()
+                            )
+                        })
+                    }
+                }
+            }
         }
-        let url = if url.path() == "/" { url.join("/metrics").map_err(|e| e.to_string())? } else { url };
-        // reqwest is built without a TLS provider of its own (see
-        // export/otlp.rs); plain http needs one installed all the same.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .map_err(|e| format!("an HTTP client: {e}"))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("a tokio runtime: {e}"))?;
-        Ok(Self { url: url.to_string(), client, runtime })
-    }
-
-    pub fn url(&self) -> &str {
-        &self.url
     }
 
     /// One reading, now.
-    pub fn read(&self) -> Result<Reading, String> {
-        let body = self.runtime.block_on(async {
-            let response = self.client.get(&self.url).send().await.map_err(|e| e.to_string())?;
-            if !response.status().is_success() {
-                return Err(format!("HTTP {}", response.status()));
-            }
-            response.text().await.map_err(|e| e.to_string())
-        })?;
-        Reading::parse(&body, Instant::now())
+    pub fn read(&mut self) -> Result<Reading, String> {
+        match self {
+            Source::Daemon(endpoint) => endpoint.read(),
+            Source::Own(own) => own.read(),
+        }
+    }
+
+    /// What the view names as its source.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Daemon(endpoint) => endpoint.url().to_string(),
+            Source::Own(own) => own.describe(),
+        }
     }
 }

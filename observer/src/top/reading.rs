@@ -90,6 +90,9 @@ pub struct Reading {
     pub processes: HashMap<Process, Counts>,
     pub destinations: HashMap<Destination, Counts>,
     pub listeners: HashMap<Listener, Counts>,
+    /// The page is an observer's (it lists `observer_probe_info`, which
+    /// every observer exports from its start).
+    pub from_observer: bool,
 }
 
 /// The per-second rates between two readings, per row; a row born since
@@ -106,9 +109,15 @@ impl Reading {
     /// Parse a /metrics body (Prometheus text format).
     pub fn parse(body: &str, at: Instant) -> Result<Self, String> {
         let scrape = Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).map_err(|e| e.to_string())?;
-        let mut reading =
-            Reading { at, processes: HashMap::new(), destinations: HashMap::new(), listeners: HashMap::new() };
+        let mut reading = Reading {
+            at,
+            processes: HashMap::new(),
+            destinations: HashMap::new(),
+            listeners: HashMap::new(),
+            from_observer: false,
+        };
         for sample in &scrape.samples {
+            reading.from_observer |= sample.metric == "observer_probe_info";
             let value = match sample.value {
                 Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
                 _ => continue,

@@ -172,9 +172,12 @@ pub fn listener_lines(rates: &Rates, limit: usize) -> Vec<String> {
 }
 
 /// The whole table as text: what `--once` prints.
-pub fn render(rates: &Rates, by: SortBy, limit: usize) -> String {
-    let mut out =
-        format!("observer top: per second over the last {:.1} s, sorted by {}\n\n", rates.seconds, by.column());
+pub fn render(rates: &Rates, by: SortBy, limit: usize, source: &str) -> String {
+    let mut out = format!(
+        "observer top: {source}, per second over the last {:.1} s, sorted by {}\n\n",
+        rates.seconds,
+        by.column()
+    );
     out.push_str(&process_header(by));
     out.push('\n');
     for line in process_lines(rates, by, limit) {

@@ -57,7 +57,11 @@ pub fn start_daemon(extra: &[&str]) -> Daemon {
 }
 
 pub fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-    let port = free_port();
+    start_daemon_at(free_port(), extra, env)
+}
+
+/// A daemon serving on `port` of 127.0.0.1.
+pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
     let log = std::env::temp_dir().join(format!("observer-test-{}-{port}.log", std::process::id()));
     let child = Command::new(OBSERVER)
         .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])

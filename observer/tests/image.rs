@@ -434,6 +434,9 @@ fn daemonset_container_counts_exactly(variant: &str) {
         "--rows",
         "200",
     ]);
+    // The daemon's endpoint, not a second copy of its programs (which the
+    // pod's memory limit is not sized for).
+    assert!(top.starts_with("observer top: http://127.0.0.1:9464/metrics,"), "{variant}: top's source:\n{top}");
     let client_row = top.lines().any(|l| l.split_whitespace().next() == Some(client_pid.to_string().as_str()));
     assert!(client_row, "{variant}: observer top in the pod:\n{top}");
     assert!(top.contains(&format!("shop/{pod_name}")), "{variant}: the pod named in observer top:\n{top}");

@@ -75,8 +75,9 @@ fn trace(options: observer::trace::Options) -> Result<(), observer::error::Error
             .map_err(|source| observer::error::Error::System { what: "handle SIGINT/SIGTERM", source })?;
         let summary = observer::trace::run(options, shutdown).await?;
         eprintln!(
-            "observer trace: {} events shown, {} left out (--rate), {} lost (ring buffer full)",
-            summary.shown, summary.left_out, summary.lost
+            "observer trace: {} events shown, {} left out (--rate), {} lost (ring buffer full), {} map entries \
+             evicted",
+            summary.shown, summary.left_out, summary.lost, summary.evicted
         );
         Ok(())
     })

@@ -339,6 +339,59 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
     assert_eq!((trace.left_out(), trace.lost()), (0, 0));
 }
 
+/// The trace's socket-owner map full (`--max-sockets 1024`, 1,500
+/// connections held: 3,001 sockets owned, the listener's included): the
+/// owners evicted are counted and said (naming the map), and every
+/// TIME_WAIT entry still appears once, the client's own or, where its
+/// owner was evicted, pid 0's; no more of those than were evicted.
+#[test]
+fn a_full_socket_owner_map_is_counted_and_every_event_still_appears() {
+    const HELD: u64 = 1500;
+    const CAPACITY: u64 = 1024;
+    let _serial = serial();
+    let trace = Trace::start(&["--events", "time-wait", "--max-sockets", &CAPACITY.to_string(), "--rate", "100000"]);
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
+    let client = ns.client_holding(&["--to", "127.0.0.1:8080", "--count", &HELD.to_string()]);
+    assert_eq!(client.report.connected, HELD, "{:?}", client.report);
+    let client_pid = client.pid();
+    // Every server-side end established (its owner taken) before the
+    // client closes, so the evictions are all the test's.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ns.established("sport = :8080", None) < HELD {
+        assert!(Instant::now() < deadline, "the server's {HELD} connections never all established");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client.close();
+    let to_server = |t: &Trace| -> Vec<Value> {
+        t.events_of("time_wait").into_iter().filter(|e| e["destination"] == "127.0.0.1:8080").collect()
+    };
+    trace.wait_for("every TIME_WAIT entry", |t| to_server(t).len() as u64 >= HELD);
+    // The evictions are read each second: one more reading, quiet.
+    std::thread::sleep(Duration::from_millis(1500));
+    let trace = trace.stop();
+
+    let time_waits = to_server(&trace);
+    let own = of_pid(&time_waits, client_pid).len() as u64;
+    let unknown: Vec<&Value> = of_pid(&time_waits, 0);
+    assert_eq!(time_waits.len() as u64, HELD, "once each");
+    assert_eq!(own + unknown.len() as u64, HELD, "the client's or, evicted, pid 0's");
+    assert!(unknown.iter().all(|e| e["executable"] == "unknown"), "{unknown:?}");
+    let lines = trace.lines.lock().unwrap().clone();
+    let evicted: u64 = lines.iter().filter(|v| v["map"] == "SOCK_OWNERS").map(|v| v["evicted"].as_u64().unwrap()).sum();
+    let owned = 2 * HELD + 1;
+    assert!(
+        (owned - CAPACITY..=owned + 200).contains(&evicted),
+        "evicted {evicted}, expected at least {} (and some slack for the host's sockets)",
+        owned - CAPACITY
+    );
+    assert!(!unknown.is_empty() && unknown.len() as u64 <= evicted, "{} unknown, {evicted} evicted", unknown.len());
+    println!("{own} TIME_WAIT entries of the client, {} of pid 0; {evicted} owners evicted", unknown.len());
+    assert!(lines.iter().all(|v| v["map"].is_null() || v["capacity"] == CAPACITY), "{lines:?}");
+}
+
 /// A listener that never accepts, backlog 1, and 8 clients: every
 /// overflow the namespace's TcpExtListenOverflows counts appears once,
 /// charged to the listener's owner on its port; `--dest` leaves them all

@@ -4,6 +4,7 @@ use std::{net::IpAddr, path::PathBuf};
 use clap::Args;
 
 use crate::{
+    config::MaxSockets,
     probes::AttachMode,
     trace::{Options, event::Kind, filter},
 };
@@ -65,6 +66,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "N[/s]", default_value = "200", value_parser = parse_rate)]
     pub rate: u64,
 
+    /// Sockets whose owner the trace remembers (as `observer run
+    /// --max-sockets`). Past it the oldest are evicted and their later
+    /// events (TIME_WAIT) show pid 0; the trace says how many.
+    #[arg(long, value_name = "N", default_value_t = MaxSockets(observer_common::capacity::SOCK_OWNERS))]
+    pub max_sockets: MaxSockets,
+
     /// How to attach (as `observer run --attach-mode`).
     #[arg(long, value_enum, default_value = "auto")]
     pub attach_mode: AttachMode,
@@ -102,6 +109,7 @@ impl TraceArgs {
             json: self.json,
             rate: self.rate,
             attach_mode: self.attach_mode,
+            max_sockets: self.max_sockets.0,
             proc_root: self.proc_root,
             pod_logs: self.pod_logs,
         }

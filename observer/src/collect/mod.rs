@@ -19,7 +19,7 @@ use std::{
 use aya::maps::{HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue};
 pub use buffers::Buffers;
 pub use listeners::{DropReason, ListenerDrops, ListenerTracker};
-pub use lru::{LruMaps, MapFill};
+pub use lru::{EvictionTracker, LruMaps, MapFill};
 use observer_common::{
     Actor, ClosedListener, ConnectErrorKey, ConnectionCounts, ConnectionKey, ListenerDropKey, ListenerKey,
     ProcCounters, ProcKey, capacity, listener_drop, lost, names::maps,

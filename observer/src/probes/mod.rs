@@ -81,15 +81,19 @@ impl Probes {
     }
 
     /// `observer trace`'s own copy of the programs: loaded and attached as
-    /// the daemon's are (small socket maps: it counts nothing it reads),
-    /// its ring buffer `ring_bytes` large (a power of 2, in pages),
-    /// queueing the events of `kinds` (observer-common's `trace_event`
-    /// bits, the `TRACE_KINDS` global).
-    pub fn load_for_trace(mode: AttachMode, ring_bytes: u32, kinds: u32) -> Result<(Self, TraceMaps), Error> {
-        const SOCKETS: u32 = 4096;
+    /// the daemon's are, room for `max_sockets` socket owners (the maps it
+    /// does not read kept small: it counts nothing), its ring buffer
+    /// `ring_bytes` large (a power of 2, in pages), queueing the events of
+    /// `kinds` (observer-common's `trace_event` bits, the `TRACE_KINDS`
+    /// global). The kernel maps come back for their LRU maps' evictions.
+    pub fn load_for_trace(
+        mode: AttachMode,
+        ring_bytes: u32,
+        kinds: u32,
+        max_sockets: u32,
+    ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         let setup = TraceSetup { ring_bytes, kinds };
-        let (probes, _, trace) = Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), SOCKETS, Some(setup))?;
-        Ok((probes, trace))
+        Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), max_sockets, Some(setup))
     }
 
     fn load_object(
@@ -119,12 +123,11 @@ impl Probes {
         loader.override_global(maps::TRACE_KINDS, &kinds, true);
         if let Some(TraceSetup { ring_bytes, .. }) = trace {
             loader.map_max_entries(maps::TRACE_EVENTS, ring_bytes);
-            // The counters only the daemon reads, kept small: a trace
-            // runs beside the daemon, in its pod and under its memory
-            // limit (`kubectl exec`). A full counter map only makes the
-            // programs count a loss nobody reads; the event is queued
-            // first.
-            for map in TRACE_UNREAD_COUNTERS {
+            // The maps only the daemon reads, kept small: a trace runs
+            // beside the daemon, in its pod and under its memory limit
+            // (`kubectl exec`). A full one only makes the programs count a
+            // loss nobody reads; the event is queued first.
+            for map in TRACE_UNREAD_MAPS {
                 loader.map_max_entries(map, TRACE_COUNTER_ENTRIES);
             }
         }
@@ -181,9 +184,9 @@ struct TraceSetup {
     kinds: u32,
 }
 
-/// The counter maps `observer trace` never reads (its copy of the
-/// programs still counts into them), and their size there.
-const TRACE_UNREAD_COUNTERS: [&str; 12] = [
+/// The maps `observer trace` never reads (its copy of the programs still
+/// counts into them; the socket owners it does need), and their size there.
+const TRACE_UNREAD_MAPS: [&str; 13] = [
     maps::PROC_COUNTERS_BUFFERS[0],
     maps::PROC_COUNTERS_BUFFERS[1],
     maps::CONNECT_ERRORS_BUFFERS[0],
@@ -196,6 +199,7 @@ const TRACE_UNREAD_COUNTERS: [&str; 12] = [
     maps::CONNECTIONS_BUFFERS[1],
     maps::CLOSED_LISTENERS,
     maps::TIME_WAIT_BY_NETNS,
+    maps::OPEN_CONNECTIONS,
 ];
 const TRACE_COUNTER_ENTRIES: u32 = 16;
 

@@ -7,6 +7,7 @@
 //! traces. Here: each record named (executable, pod), filtered,
 //! rate-limited with the rest counted, and printed as text or JSON.
 pub mod event;
+pub mod evictions;
 pub mod filter;
 pub mod rate;
 
@@ -38,6 +39,8 @@ pub struct Options {
     /// Lines a second at most.
     pub rate: u64,
     pub attach_mode: AttachMode,
+    /// Socket owners remembered (the SOCK_OWNERS map).
+    pub max_sockets: u32,
     pub proc_root: PathBuf,
     pub pod_logs: PathBuf,
 }
@@ -48,12 +51,15 @@ pub struct Summary {
     pub shown: u64,
     pub left_out: u64,
     pub lost: u64,
+    /// Entries the LRU maps evicted (`evictions`).
+    pub evicted: u64,
 }
 
 /// Trace until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<Summary, Error> {
-    let (probes, TraceMaps { events, dropped }) =
-        Probes::load_for_trace(opts.attach_mode, RING_BYTES, event::bits(&opts.kinds))?;
+    let (probes, maps, TraceMaps { events, dropped }) =
+        Probes::load_for_trace(opts.attach_mode, RING_BYTES, event::bits(&opts.kinds), opts.max_sockets)?;
+    let mut evictions = evictions::Evictions::new(maps.lru, maps.listeners);
     let mut kinds = Vec::new();
     for kind in &opts.kinds {
         match event::unavailable(*kind, &probes.attachments) {
@@ -88,8 +94,13 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let mut lost_before = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
-    // Each second: the events left out, and those the ring had no room for.
-    let mut report = |limit: &mut rate::RateLimit, summary: &mut Summary, lost_now: u64, json: bool| {
+    // Each second: the events left out, those the ring had no room for,
+    // and the entries the LRU maps evicted.
+    let mut report = |limit: &mut rate::RateLimit,
+                      summary: &mut Summary,
+                      evictions: &mut evictions::Evictions,
+                      lost_now: u64,
+                      json: bool| {
         let left_out = limit.take_left_out();
         summary.left_out += left_out;
         let lost = lost_now.saturating_sub(lost_before);
@@ -110,6 +121,10 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
             });
         }
+        for grown in evictions.grown() {
+            lines.push(if json { grown.json_line() } else { grown.text_line() });
+        }
+        summary.evicted = evictions.total();
         lines.iter().all(|l| print_line(l))
     };
     loop {
@@ -138,14 +153,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             }
             _ = tick.tick() => {
                 namer.attributor.next_round();
-                if !report(&mut limit, &mut summary, lost(&dropped), opts.json) {
+                if !report(&mut limit, &mut summary, &mut evictions, lost(&dropped), opts.json) {
                     return Ok(summary);
                 }
             }
             _ = &mut shutdown => break,
         }
     }
-    report(&mut limit, &mut summary, lost(&dropped), opts.json);
+    report(&mut limit, &mut summary, &mut evictions, lost(&dropped), opts.json);
     drop(probes);
     Ok(summary)
 }

@@ -339,6 +339,65 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
     assert_eq!((trace.left_out(), trace.lost()), (0, 0));
 }
 
+/// The programs loaded since `after` (bpftool's ids grow), by name.
+fn programs_loaded_after(after: u64) -> Vec<String> {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().expect("bpftool");
+    let programs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
+    programs
+        .iter()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| id > after))
+        .filter_map(|p| Some(p["name"].as_str()?.to_string()))
+        .collect()
+}
+
+fn last_program_id() -> u64 {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().expect("bpftool");
+    let programs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
+    programs.iter().filter_map(|p| p["id"].as_u64()).max().unwrap_or(0)
+}
+
+/// A trace costs what its kinds cost: connect failures alone load no
+/// accept, TIME_WAIT, overflow or process-exit program (the daemon's
+/// copy, and a trace of those kinds, do); TIME_WAIT entries alone still
+/// load what records each socket's owner, so every entry is charged to
+/// the client that connected.
+#[test]
+fn a_trace_loads_only_the_programs_its_kinds_need() {
+    const COUNT: usize = 20;
+    let _serial = serial();
+    let before = last_program_id();
+    let trace = Trace::start(&[]);
+    let loaded = programs_loaded_after(before);
+    drop(trace);
+    assert!(loaded.iter().any(|p| p == "sock_state"), "{loaded:?}");
+    assert!(loaded.iter().any(|p| p.contains("connect")), "{loaded:?}");
+    for unneeded in ["accept", "time_wait", "overflow", "syn_queue", "process_exit"] {
+        assert!(!loaded.iter().any(|p| p.contains(unneeded)), "connect failures need no {unneeded}: {loaded:?}");
+    }
+
+    let before = last_program_id();
+    let trace = Trace::start(&["--events", "time-wait"]);
+    let loaded = programs_loaded_after(before);
+    for needed in ["connect", "accept", "time_wait", "sock_state"] {
+        assert!(loaded.iter().any(|p| p.contains(needed)), "TIME_WAIT entries need {needed}: {loaded:?}");
+    }
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080"]);
+    let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &COUNT.to_string()]);
+    assert_eq!(client.connected, COUNT as u64, "{client:?}");
+    let of_client = |t: &Trace| of_pid(&t.events_of("time_wait"), client.pid).len();
+    trace.wait_for("every TIME_WAIT entry", |t| of_client(t) >= COUNT);
+    std::thread::sleep(Duration::from_millis(300));
+    let trace = trace.stop();
+    assert_eq!(of_client(&trace), COUNT, "each once, charged to the client");
+    // The kernel's timewait sockets: FIN-WAIT-2, then TIME-WAIT (one
+    // moving between the two reads is seen in both, once).
+    let mut timewait = ss_local_ports(&ns, "fin-wait-2");
+    timewait.extend(ss_local_ports(&ns, "time-wait"));
+    assert_eq!(timewait.len(), COUNT, "{}", ns.ss_all());
+}
+
 /// The trace's socket-owner map full (`--max-sockets 1024`, 1,500
 /// connections held: 3,001 sockets owned, the listener's included): the
 /// owners evicted are counted and said (naming the map), and every

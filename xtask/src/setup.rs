@@ -16,7 +16,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests call: ip/ss/nstat, setpriv, sysctl, iptables,
 /// jsonnet (renders the monitoring mixin), tmux (a real terminal for
-/// `observer top`).
+/// `observer top`), bpftool (which programs a trace loaded).
 const PACKAGES: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("nstat", "iproute2"),
@@ -25,6 +25,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("iptables", "iptables"),
     ("jsonnet", "jsonnet"),
     ("tmux", "tmux"),
+    ("bpftool", "bpftool"),
 ];
 
 /// Where setup installs its tools.

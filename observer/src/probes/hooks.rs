@@ -454,16 +454,21 @@ static ALWAYS: &[Hook] = &[
     },
 ];
 
+/// Attach every hook, or only those named in `only` (`observer trace`
+/// attaches what its kinds need). A hook left out leaves its flag unset:
+/// no other program counts in its place.
 pub(super) fn attach_all(
     ebpf: &mut Ebpf,
     btf: &Btf,
     kernel: &KernelFacts,
     mode: AttachMode,
+    only: Option<&[&str]>,
 ) -> Result<Vec<Attachment>, Error> {
+    let wanted = |hook: &Hook| only.is_none_or(|names| names.contains(&hook.name));
     let mut attached: Vec<Attachment> = Vec::new();
     let mut config =
         Config { syn_queue_full_at_backlog: u32::from(kernel.syn_queue_full_at_backlog), ..Config::default() };
-    for hook in HOOKS {
+    for hook in HOOKS.iter().filter(|h| wanted(h)) {
         let (way, target) = attach_hook(ebpf, btf, kernel, hook, mode, &attached)?;
         let flag = match way {
             Way::SharedTracepoint { flag, .. } | Way::AtConnRequest { flag, .. } => Some(flag),
@@ -486,7 +491,7 @@ pub(super) fn attach_all(
         }
         attached.push(attachment);
     }
-    for hook in ALWAYS {
+    for hook in ALWAYS.iter().filter(|h| wanted(h)) {
         let (way, target) = attach_hook(ebpf, btf, kernel, hook, AttachMode::Auto, &[])?;
         attached.push(Attachment::of(hook, way, target));
     }

@@ -86,13 +86,16 @@ impl Probes {
     /// `ring_bytes` large (a power of 2, in pages), queueing the events of
     /// `kinds` (observer-common's `trace_event` bits, the `TRACE_KINDS`
     /// global). The kernel maps come back for their LRU maps' evictions.
+    /// Only the `hooks` named are attached (the kinds' own and those that
+    /// record what their events need).
     pub fn load_for_trace(
         mode: AttachMode,
         ring_bytes: u32,
         kinds: u32,
+        hooks: Vec<&'static str>,
         max_sockets: u32,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
-        let setup = TraceSetup { ring_bytes, kinds };
+        let setup = TraceSetup { ring_bytes, kinds, hooks };
         Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), max_sockets, Some(setup))
     }
 
@@ -121,8 +124,8 @@ impl Probes {
         // drops the programs' trace code, so their events cost it nothing.
         let kinds = trace.as_ref().map_or(0, |t| t.kinds);
         loader.override_global(maps::TRACE_KINDS, &kinds, true);
-        if let Some(TraceSetup { ring_bytes, .. }) = trace {
-            loader.map_max_entries(maps::TRACE_EVENTS, ring_bytes);
+        if let Some(TraceSetup { ring_bytes, .. }) = &trace {
+            loader.map_max_entries(maps::TRACE_EVENTS, *ring_bytes);
             // The maps only the daemon reads, kept small: a trace runs
             // beside the daemon, in its pod and under its memory limit
             // (`kubectl exec`). A full one only makes the programs count a
@@ -133,7 +136,8 @@ impl Probes {
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
 
-        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &facts, mode)?;
+        let only = trace.as_ref().map(|t| &t.hooks[..]);
+        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &facts, mode, only)?;
         let programs = attachments
             .iter()
             .flat_map(|a| a.programs.iter().map(move |p| (a.hook, a.mode, *p)))
@@ -182,6 +186,8 @@ struct TraceSetup {
     ring_bytes: u32,
     /// The `trace_event` bits to queue.
     kinds: u32,
+    /// The hooks to attach.
+    hooks: Vec<&'static str>,
 }
 
 /// The maps `observer trace` never reads (its copy of the programs still

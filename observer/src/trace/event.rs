@@ -62,6 +62,21 @@ impl Kind {
         }
     }
 
+    /// The hooks a trace of this kind attaches: those its events come from
+    /// and those recording what the events need (a TIME_WAIT entry is
+    /// charged to the owner its socket's connect or accept recorded).
+    /// `inet_sock_set_state` runs for every kind (`TRACE_ALWAYS`); the
+    /// rest (and the process exits only the daemon reads) stay detached,
+    /// so a trace costs what its kinds cost.
+    pub fn needs(self) -> &'static [&'static str] {
+        match self {
+            Kind::ConnectError | Kind::Connect => &["tcp_connect", "inet_stream_connect"],
+            Kind::TimeWait => &["tcp_connect", "inet_stream_connect", "inet_csk_accept", "tcp_time_wait"],
+            Kind::Overflow => &[LISTEN_OVERFLOW, SYN_QUEUE_FULL],
+            Kind::Accept => &["inet_csk_accept"],
+        }
+    }
+
     /// The `event` of a JSON line.
     fn json_name(kind: u32) -> &'static str {
         match kind {
@@ -73,6 +88,23 @@ impl Kind {
             _ => "unknown",
         }
     }
+}
+
+/// Attached for every kind: the state changes remember listeners' owners
+/// (an overflow's), forget a closed socket's owner (so a new socket at the
+/// same address is not charged to it), and see asynchronous connect
+/// failures and, in the tracepoint mode, connects and TIME_WAIT entries.
+const TRACE_ALWAYS: &str = "inet_sock_set_state";
+
+/// The hooks a trace of `kinds` attaches, each once.
+pub fn hooks_needed(kinds: &[Kind]) -> Vec<&'static str> {
+    let mut hooks = vec![TRACE_ALWAYS];
+    for hook in kinds.iter().flat_map(|k| k.needs()) {
+        if !hooks.contains(hook) {
+            hooks.push(hook);
+        }
+    }
+    hooks
 }
 
 /// Why this kernel's hooks cannot give events of `kind` one by one, if

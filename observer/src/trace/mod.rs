@@ -57,8 +57,13 @@ pub struct Summary {
 
 /// Trace until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<Summary, Error> {
-    let (probes, maps, TraceMaps { events, dropped }) =
-        Probes::load_for_trace(opts.attach_mode, RING_BYTES, event::bits(&opts.kinds), opts.max_sockets)?;
+    let (probes, maps, TraceMaps { events, dropped }) = Probes::load_for_trace(
+        opts.attach_mode,
+        RING_BYTES,
+        event::bits(&opts.kinds),
+        event::hooks_needed(&opts.kinds),
+        opts.max_sockets,
+    )?;
     let mut evictions = evictions::Evictions::new(maps.lru, maps.listeners);
     let mut kinds = Vec::new();
     for kind in &opts.kinds {

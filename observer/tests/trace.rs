@@ -252,6 +252,29 @@ fn a_reader_that_goes_away_ends_the_trace_quietly() {
 }
 
 /// The local ports `ss` lists in `state` here (e.g. "time-wait").
+/// A namespace whose TIME_WAIT sockets stay for their 60 s, so that `ss`
+/// lists every one the trace saw: no connect takes over a TIME_WAIT port
+/// (loopback's default tcp_tw_reuse=2 allows it after 1 s, which a slow VM
+/// reaches), and no RST ends one early (with tcp_rfc1337 off, the default,
+/// an RST kills a TIME_WAIT socket: a slow VM's server resends its FIN, the
+/// client's TIME_WAIT socket acknowledges it again, and the server, whose
+/// socket the first acknowledgement already closed, answers that with an
+/// RST; counted nowhere, so TcpExtTW said 50 while `ss` listed 49).
+fn namespace_keeping_time_wait() -> Netns {
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    ns.sysctl("net.ipv4.tcp_rfc1337", "1");
+    ns
+}
+
+/// The counters a missing TIME_WAIT socket would show in, for a failure's
+/// message.
+fn time_wait_counters(ns: &Netns) -> String {
+    let report = ns.nstat_report();
+    let lines = report.lines().filter(|l| ["TW", "TimeWait", "Rst", "Abort"].iter().any(|w| l.contains(w)));
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 fn ss_local_ports(ns: &Netns, state: &str) -> std::collections::BTreeSet<u64> {
     let out = ns.command("ss").args(["-Htan", "state", state]).output().unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -280,11 +303,8 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
     const COUNT: usize = 50;
     let _serial = serial();
     let trace = Trace::start(&["--events", "connect,accept,time-wait"]);
-    let ns = Netns::new();
-    // No connect may take over a TIME_WAIT socket's port (loopback's
-    // default tcp_tw_reuse=2 allows it after 1 s, which a slow VM
-    // reaches): each TIME_WAIT entry must still be in `ss` at the end.
-    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    // Each TIME_WAIT entry must still be in `ss` at the end.
+    let ns = namespace_keeping_time_wait();
     let server = ns.serve(&["--listen", "127.0.0.1:8080"]);
     let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &COUNT.to_string()]);
     assert_eq!(client.connected, COUNT as u64, "{client:?}");
@@ -321,7 +341,7 @@ fn connects_accepts_and_time_wait_entries_appear_once_each_on_the_kernels_ports(
         COUNT,
         "the kernel's timewait sockets:\n{}\n{}",
         ns.ss_all(),
-        ns.nstat_report().lines().filter(|l| l.contains("TW") || l.contains("TimeWait")).collect::<Vec<_>>().join("\n")
+        time_wait_counters(&ns)
     );
     let connects = trace.events_of("connect");
     let connects = of_pid(&connects, client.pid);
@@ -381,8 +401,7 @@ fn a_trace_loads_only_the_programs_its_kinds_need() {
     for needed in ["connect", "accept", "time_wait", "sock_state"] {
         assert!(loaded.iter().any(|p| p.contains(needed)), "TIME_WAIT entries need {needed}: {loaded:?}");
     }
-    let ns = Netns::new();
-    ns.sysctl("net.ipv4.tcp_tw_reuse", "0");
+    let ns = namespace_keeping_time_wait();
     let _server = ns.serve(&["--listen", "127.0.0.1:8080"]);
     let client = ns.client(&["--to", "127.0.0.1:8080", "--count", &COUNT.to_string()]);
     assert_eq!(client.connected, COUNT as u64, "{client:?}");
@@ -395,7 +414,7 @@ fn a_trace_loads_only_the_programs_its_kinds_need() {
     // moving between the two reads is seen in both, once).
     let mut timewait = ss_local_ports(&ns, "fin-wait-2");
     timewait.extend(ss_local_ports(&ns, "time-wait"));
-    assert_eq!(timewait.len(), COUNT, "{}", ns.ss_all());
+    assert_eq!(timewait.len(), COUNT, "{}\n{}", ns.ss_all(), time_wait_counters(&ns));
 }
 
 /// The trace's socket-owner map full (`--max-sockets 1024`, 900

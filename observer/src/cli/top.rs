@@ -19,9 +19,9 @@ use crate::top::{
 /// http://127.0.0.1:9464 when it answers. Where no observer runs (or with
 /// --own) it attaches its own programs as `observer run` would, with its
 /// privileges (root; short of them, the error names the capabilities
-/// missing), counting from its start. Keys: e, r, t, o, c, a sort by the column of that letter; q
-/// (or Esc, Ctrl-C) quits. Not on a terminal (or with --once) it prints the
-/// table once, after one interval, and exits.
+/// missing), counting from its start. Keys: e, r, t, o, c, a sort by the
+/// column of that letter; q (or Esc, Ctrl-C) quits. Not on a terminal (or
+/// with --once) it prints the table once, after one interval, and exits.
 ///
 /// Examples: `observer top`; `observer top --from http://10.0.0.7:9464
 /// --sort connects`; `observer top --own --once`.

@@ -131,7 +131,7 @@ impl Probes {
             // (`kubectl exec`). A full one only makes the programs count a
             // loss nobody reads; the event is queued first.
             for map in TRACE_UNREAD_MAPS {
-                loader.map_max_entries(map, TRACE_COUNTER_ENTRIES);
+                loader.map_max_entries(map, TRACE_UNREAD_ENTRIES);
             }
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
@@ -191,7 +191,8 @@ struct TraceSetup {
 }
 
 /// The maps `observer trace` never reads (its copy of the programs still
-/// counts into them; the socket owners it does need), and their size there.
+/// writes them), and their size there. Not the socket owners: its events
+/// need them.
 const TRACE_UNREAD_MAPS: [&str; 13] = [
     maps::PROC_COUNTERS_BUFFERS[0],
     maps::PROC_COUNTERS_BUFFERS[1],
@@ -207,7 +208,7 @@ const TRACE_UNREAD_MAPS: [&str; 13] = [
     maps::TIME_WAIT_BY_NETNS,
     maps::OPEN_CONNECTIONS,
 ];
-const TRACE_COUNTER_ENTRIES: u32 = 16;
+const TRACE_UNREAD_ENTRIES: u32 = 16;
 
 /// `observer trace`'s maps: the events, and those it had no room for
 /// (per CPU).

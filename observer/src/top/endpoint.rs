@@ -6,7 +6,9 @@ use super::reading::Reading;
 
 /// Where `observer run` serves by default (config.rs's
 /// `prometheus_listen`), and so where top looks first.
-pub const DEFAULT: &str = "http://127.0.0.1:9464";
+pub fn default_url() -> String {
+    format!("http://{}", crate::config::RunConfig::default().prometheus_listen)
+}
 
 /// Reads a daemon's /metrics.
 pub struct Endpoint {

@@ -45,7 +45,7 @@ impl Source {
             }
             Wanted::Own => own(),
             Wanted::Either => {
-                let endpoint = Endpoint::new(endpoint::DEFAULT)?;
+                let endpoint = Endpoint::new(&endpoint::default_url())?;
                 match endpoint.read() {
                     Ok(reading) if reading.from_observer => Ok(Source::Daemon(endpoint)),
                     answer => {

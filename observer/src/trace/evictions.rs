@@ -2,9 +2,12 @@
 //! makes that socket's later events (its TIME_WAIT entry) show pid 0; an
 //! evicted connect() in flight loses its failure. The trace counts them as
 //! the daemon does (`collect::lru`: created - removed - entries, the
-//! highest bound seen), and says so each second and in its last line,
-//! naming what to raise.
-use std::collections::HashMap;
+//! highest bound seen), and says so every few seconds and in its last
+//! line, naming what to raise.
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{HashMap as AyaHashMap, MapData};
 use observer_common::{Actor, ListenerKey, names::maps};
@@ -17,7 +20,12 @@ pub struct Evictions {
     tracker: EvictionTracker,
     /// The evictions already said, per map.
     said: HashMap<&'static str, u64>,
+    last_read: Option<Instant>,
 }
+
+/// Counting a map's entries walks it, a syscall a key (65,536 for a full
+/// socket-owner map): every few seconds, and once more at the end.
+const READ_EVERY: Duration = Duration::from_secs(5);
 
 /// Entries one map lost since the last reading.
 pub struct Grown {
@@ -28,12 +36,17 @@ pub struct Grown {
 
 impl Evictions {
     pub fn new(maps: LruMaps, listeners: AyaHashMap<MapData, ListenerKey, Actor>) -> Self {
-        Self { maps, listeners, tracker: EvictionTracker::default(), said: HashMap::new() }
+        Self { maps, listeners, tracker: EvictionTracker::default(), said: HashMap::new(), last_read: None }
     }
 
-    /// The maps that evicted entries since the last call (a map that could
-    /// not be read this time is read the next).
-    pub fn grown(&mut self) -> Vec<Grown> {
+    /// The maps that evicted entries since they were last read (a map that
+    /// could not be read this time is read the next), read at most every
+    /// `READ_EVERY` unless it is the `last` time.
+    pub fn grown(&mut self, now: Instant, last: bool) -> Vec<Grown> {
+        if !last && self.last_read.is_some_and(|at| now.duration_since(at) < READ_EVERY) {
+            return Vec::new();
+        }
+        self.last_read = Some(now);
         let Ok(fills) = self.tracker.read(&self.maps, &self.listeners) else { return Vec::new() };
         let mut grown = Vec::new();
         for fill in fills {

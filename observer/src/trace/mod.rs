@@ -100,12 +100,13 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
     // Each second: the events left out, those the ring had no room for,
-    // and the entries the LRU maps evicted.
+    // and the entries the LRU maps evicted (every few seconds; `last`: now).
     let mut report = |limit: &mut rate::RateLimit,
                       summary: &mut Summary,
                       evictions: &mut evictions::Evictions,
                       lost_now: u64,
-                      json: bool| {
+                      last: bool| {
+        let json = opts.json;
         let left_out = limit.take_left_out();
         summary.left_out += left_out;
         let lost = lost_now.saturating_sub(lost_before);
@@ -126,7 +127,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
             });
         }
-        for grown in evictions.grown() {
+        for grown in evictions.grown(Instant::now(), last) {
             lines.push(if json { grown.json_line() } else { grown.text_line() });
         }
         summary.evicted = evictions.total();
@@ -158,14 +159,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             }
             _ = tick.tick() => {
                 namer.attributor.next_round();
-                if !report(&mut limit, &mut summary, &mut evictions, lost(&dropped), opts.json) {
+                if !report(&mut limit, &mut summary, &mut evictions, lost(&dropped), false) {
                     return Ok(summary);
                 }
             }
             _ = &mut shutdown => break,
         }
     }
-    report(&mut limit, &mut summary, &mut evictions, lost(&dropped), opts.json);
+    report(&mut limit, &mut summary, &mut evictions, lost(&dropped), true);
     drop(probes);
     Ok(summary)
 }

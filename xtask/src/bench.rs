@@ -222,6 +222,19 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    whole struct cost stack, not time), and the trace's record is written
    in place without a closure, keeping `sock_state` at 480 bytes of
    stack, under 5.10's 512.
+11. **2026-12-02, a trace attaches only what its kinds need (issue 20)**:
+   a connect-error trace now runs the connect hooks' programs and
+   `sock_state` only, not `accept4_exit`, `time_wait_twin` or
+   `process_exit` (1.0 of the 3.8 us a cycle the daemon's programs
+   take here, by the table above). A short run
+   (`--observer-only --rounds 5`, a noisier day: baselines 88-115k
+   cycles/s) put the idle trace 0.08 below the daemon alone (observer
+   0.797, with an idle trace 0.717; run 10: 0.856 and 0.698, 0.16
+   apart), the busy one (connect, accept, TIME_WAIT: the same hooks as
+   before) 0.570. The tables above are run 10's: this short run had 110
+   namespaces left over from a doctor experiment beside it, which voids
+   its sweep figures. One observer run's TIME_WAIT count was 1 short,
+   reported as unseen (the start-up loss of issue 16, now visible).
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

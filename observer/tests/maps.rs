@@ -73,9 +73,13 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
         |b: &str| pids.iter().map(|p| sample_sum(b, "observer_tcp_connections_established_total", &[p])).sum::<u64>();
     let lost = |b: &str| sample(b, "observer_kernel_lost_updates_total", &[lost_label]);
     // The counters of a process seen for the first time come out once its
-    // pod is looked up, a round after the lost count: wait for both.
+    // pod is looked up, a round after the lost count; the map empties in
+    // the round after the closes, which may come later still: wait for all
+    // three (a round read before the client's FINs arrived once showed
+    // entries left).
+    let open = |b: &str| lru_fill(b, "OPEN_CONNECTIONS").0;
     let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
-        lost(b).is_some_and(|n| n >= connections - CAPACITY) && followed(b) >= CAPACITY
+        lost(b).is_some_and(|n| n >= connections - CAPACITY) && followed(b) >= CAPACITY && open(b) == Some(0)
     });
     assert_eq!(lost(&body), Some(connections - CAPACITY), "{body}");
     assert_eq!(followed(&body), CAPACITY, "{body}");

@@ -231,6 +231,11 @@ pub struct ConnectionCounts {
     /// a listener's (`tcp_sock.total_retrans` then, which the kernel
     /// raises with TcpExtTCPSynRetrans).
     pub handshake_retransmits: u64,
+    /// Connections established before observer started that left
+    /// ESTABLISHED: their start is counted by userspace from the socket
+    /// iterator at start (`OpenConnection::OLDER`), their lifetime unknown,
+    /// so they end here rather than in `closed`.
+    pub closed_older: u64,
 }
 
 /// A connection being followed (key: `struct sock *`): the key its counts
@@ -241,8 +246,41 @@ pub struct ConnectionCounts {
 pub struct OpenConnection {
     pub key: ConnectionKey,
     pub since: u64,
+    /// `HANDSHAKING`, `OLDER`, or 0 (established while observer ran).
     pub handshaking: u32,
     pub _pad: u32,
+}
+
+impl OpenConnection {
+    /// From SYN_SENT to ESTABLISHED: the handshake's time runs.
+    pub const HANDSHAKING: u32 = 1;
+    /// Established before observer started, entered by userspace from the
+    /// start-up socket iterator (`IteratedSocket`): its end counts in
+    /// `ConnectionCounts::closed_older`, its lifetime unknown.
+    pub const OLDER: u32 = 2;
+}
+
+/// One TCP socket as the start-up iterator (`iter/tcp`, run in each
+/// network namespace) saw it: the listeners, to tell inbound connections
+/// from outbound, and the established connections that the programs did
+/// not follow (no `OPEN_CONNECTIONS` entry: older than observer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IteratedSocket {
+    /// The `struct sock *`, the key of `OPEN_CONNECTIONS`.
+    pub sk: u64,
+    /// The socket's inode (as /proc/PID/fd shows it); 0 for a listener's
+    /// child no accept() took yet.
+    pub inode: u64,
+    /// The socket's cgroup (`sock_cgroup_id`).
+    pub cgroup_id: u64,
+    /// The far end (IPv4 in the first 4 bytes); 0 for a listener.
+    pub remote_addr: [u8; 16],
+    pub family: u16,
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// `tcp_state::ESTABLISHED` or `LISTEN`.
+    pub state: u16,
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -443,7 +481,8 @@ const _: () = {
     assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
-    assert!(size_of::<ConnectionCounts>() == 320);
+    assert!(size_of::<ConnectionCounts>() == 328);
+    assert!(size_of::<IteratedSocket>() == 48);
     assert!(size_of::<OpenConnection>() == 80);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

@@ -70,6 +70,9 @@ pub mod programs {
     pub const OVERFLOW_ACK_V6_KPROBE: &str = "overflow_ack_v6_kprobe";
     pub const SYN_QUEUE_FULL_FENTRY: &str = "syn_queue_full_fentry";
     pub const SYN_QUEUE_FULL_KPROBE: &str = "syn_queue_full_kprobe";
+    /// The start-up socket iterator (`iter/tcp`, run in each namespace at
+    /// start; not in `ALL`, which are the hooks' programs).
+    pub const OLDER_CONNECTIONS: &str = "older_connections";
 
     /// Every program of the object.
     pub const ALL: &[&str] = &[

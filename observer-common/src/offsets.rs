@@ -83,6 +83,12 @@ pub struct KernelOffsets {
     /// `inet_sock.inet_sport` (__be16): the local port, still set after
     /// the socket gave its port back at CLOSE (`skc_num` is 0 by then)
     pub inet_sport: u32,
+    /// `sock.sk_socket` (struct socket *; NULL for a child not accepted)
+    pub sock_socket: u32,
+    /// From a `struct socket *` to its inode's number: `socket_alloc`'s
+    /// `vfs_inode.i_ino` less its `socket` (unsigned long; the number
+    /// /proc/PID/fd shows as `socket:[N]`); 0 where BTF lacks them
+    pub socket_inode_ino: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 128);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 136);

@@ -39,7 +39,8 @@ pub fn connection_syn_sent(sk: u64) {
         netns: sock_netns(sk),
         _pad: 0,
     };
-    let entry = OpenConnection { key, since: unsafe { bpf_ktime_get_ns() }, handshaking: 1, _pad: 0 };
+    let entry =
+        OpenConnection { key, since: unsafe { bpf_ktime_get_ns() }, handshaking: OpenConnection::HANDSHAKING, _pad: 0 };
     note(sk, &entry, false);
 }
 
@@ -51,7 +52,7 @@ pub fn connection_failed(sk: u64) {
     let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
     let _ = OPEN_CONNECTIONS.remove(&sk);
     let retransmits = tcp_total_retrans(sk);
-    if entry.handshaking == 1 && retransmits > 0 {
+    if entry.handshaking == OpenConnection::HANDSHAKING && retransmits > 0 {
         let mut key = entry.key;
         bump_handshake_end(&mut key, HandshakeEnd::Failed { retransmits });
     }
@@ -71,7 +72,7 @@ pub fn connection_established(sk: u64, old: i32) {
         // SAFETY: this socket's entry; its state changes are serialized by
         // the socket's lock. Counted (and folded, if need be) in place.
         unsafe {
-            if (*entry).handshaking == 1 {
+            if (*entry).handshaking == OpenConnection::HANDSHAKING {
                 let handshake = now.saturating_sub((*entry).since);
                 (*entry).handshaking = 0;
                 (*entry).since = now;
@@ -134,13 +135,17 @@ fn note(sk: u64, entry: &OpenConnection, final_chance: bool) -> bool {
     true
 }
 
-/// The socket left ESTABLISHED: count its end once.
+/// The socket left ESTABLISHED: count its end once (one established
+/// before observer started, entered by userspace, without a lifetime).
 #[inline(always)]
 pub fn connection_ended(sk: u64) {
     let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
-    if entry.handshaking == 1 || OPEN_CONNECTIONS.remove(&sk).is_err() {
+    if entry.handshaking == OpenConnection::HANDSHAKING || OPEN_CONNECTIONS.remove(&sk).is_err() {
         return;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
-    bump_connection_closed(&entry.key, now.saturating_sub(entry.since));
+    let lived_ns = match entry.handshaking {
+        OpenConnection::OLDER => None,
+        _ => Some(unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.since)),
+    };
+    bump_connection_closed(&entry.key, lived_ns);
 }

@@ -148,12 +148,13 @@ fn shared_value_of<K, V>(map: &HashMap<K, V>, key: &K, zero: &V) -> Option<*mut 
 }
 
 /// The zero value new connection keys start from: a global rather than
-/// the stack, which a 320-byte value would crowd.
+/// the stack, which a 328-byte value would crowd.
 static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts {
     established: 0,
     closed: [0; lifetime::BUCKETS],
     handshakes: [0; handshake::BUCKETS],
     handshake_retransmits: 0,
+    closed_older: 0,
 };
 
 /// The log2 bucket of a duration (`lifetime`): the first of `buckets` - 1
@@ -233,15 +234,20 @@ pub fn bump_handshake_end(key: &mut ConnectionKey, end: HandshakeEnd) -> Counted
 
 /// Count the end of a connection established `lived_ns` ago under `key`
 /// (the key its start was counted under: never folded again, so a
-/// connection's start and end always meet).
+/// connection's start and end always meet); None: established before
+/// observer started, how long ago unknown.
 #[inline(always)]
-pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: u64) {
+pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>) {
     let map = if buffer() == 0 { &CONNECTIONS_0 } else { &CONNECTIONS_1 };
     let Some(value) = shared_value_of(map, key, &ZERO_CONNECTION_COUNTS) else {
         return count_lost(lost::CONNECTIONS_FULL);
     };
     // SAFETY: as above; the bucket is < lifetime::BUCKETS.
-    if let Some(slot) = unsafe { (*value).closed.get_mut(log2_bucket(lived_ns, lifetime::BUCKETS)) } {
+    let slot = match lived_ns {
+        Some(ns) => unsafe { (*value).closed.get_mut(log2_bucket(ns, lifetime::BUCKETS)) },
+        None => Some(unsafe { &mut (*value).closed_older }),
+    };
+    if let Some(slot) = slot {
         add(slot, 1);
     }
 }

@@ -15,6 +15,7 @@ mod counters;
 mod exit;
 mod kernel;
 mod maps;
+mod older;
 mod overflow;
 mod state;
 mod syn_queue;

@@ -46,6 +46,8 @@ pub static OFFSETS: KernelOffsets = KernelOffsets {
     skb_tcp_tw_isn: 0,
     net_tcp_syncookies: 0,
     inet_sport: 0,
+    sock_socket: 0,
+    socket_inode_ino: 0,
 };
 
 /// The events `observer trace` asked its own copy of the programs to queue

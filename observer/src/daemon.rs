@@ -94,7 +94,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()> + Send + 
 /// check left out where the kernel cannot back it.
 pub fn attach(config: &RunConfig) -> Result<(Probes, Rounds), Error> {
     raise_open_files_limit(config.max_namespaces);
-    let (probes, maps) = Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets)?;
+    let (probes, maps) =
+        Probes::load_with_btf(config.attach_mode, &config.kernel_btf, config.max_sockets, &config.proc_root)?;
     check_sock_diag()?;
     let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), config);
     if !probes.time_wait_counted_at_entry {

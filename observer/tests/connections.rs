@@ -117,30 +117,102 @@ fn lifetimes_land_in_the_bucket_of_the_time_held() {
     assert_eq!(obs.open_connections(client.pid, OUTBOUND, PORT), 0);
 }
 
-/// Connections established before observer started are not counted: not
-/// open now, and their ends (which the kernel side never matched with a
-/// start) take nothing away from the connections counted since.
+/// Connections established before observer started count open from its
+/// start (a restart must not drop a pool's connections from the gauge):
+/// while a third process opens and closes connections throughout the
+/// start, the old pool's outbound gauge and the listener's inbound one
+/// equal what `ss` shows beside ten new connections. Once the pool closes,
+/// its ends take it out again (ended, with no lifetime), and what the
+/// ledger holds for the namespace is exactly what `ss` lists established.
 #[test]
-fn connections_older_than_observer_are_left_out_and_their_ends_take_nothing() {
+fn connections_older_than_observer_count_open_and_their_ends_close_them() {
+    const OLD: u64 = 50;
+    const CHURN_PORT: u16 = 5433;
     let ns = Netns::new();
     let to = format!("127.0.0.1:{PORT}");
     let server = ns.serve(&["--listen", &to, "--hold"]);
-    let old = ns.client_holding(&["--to", &to, "--count", "50"]);
-    assert_eq!(old.report.connected, 50);
+    let old = ns.client_holding(&["--to", &to, "--count", &OLD.to_string()]);
+    assert_eq!(old.report.connected, OLD);
+    let churn_to = format!("127.0.0.1:{CHURN_PORT}");
+    let _churn_server = ns.serve(&["--listen", &churn_to]);
+    let mut churn = ns
+        .command(&observer_testing::churn::churn())
+        .args(["connect", "--to", &churn_to, "--count", "10000000", "--life", "1ms"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let mut obs = Observer::start();
     let new = ns.client_holding(&["--to", &to, "--count", "10"]);
     collect_until(&mut obs, |o| o.open_connections(new.pid(), OUTBOUND, PORT) >= 10);
     let old_pid = old.pid();
+    let (sport, dport) = (format!("sport = :{PORT}"), format!("dport = :{PORT}"));
+    assert_eq!(
+        (obs.open_connections(old_pid, OUTBOUND, PORT), obs.open_connections(server.pid(), INBOUND, PORT)),
+        (ns.established(&dport, Some(old_pid)), ns.established(&sport, Some(server.pid()))),
+        "the old pool and the listener against ss; every key: {:#?}",
+        obs.open_connection_keys()
+    );
+    assert_eq!(obs.open_connections(old_pid, OUTBOUND, PORT), OLD);
+
+    churn.kill().unwrap();
+    churn.wait().unwrap();
     old.close();
-    let sport = format!("sport = :{PORT}");
-    assert_eq!(ns.established(&sport, Some(server.pid())), 10, "ss: the server holds the new ten");
-    for _ in 0..5 {
+    collect_until(&mut obs, |o| o.open_connections(server.pid(), INBOUND, PORT) <= 10);
+    for _ in 0..3 {
         obs.collect();
     }
-    assert_eq!(obs.open_connections(new.pid(), OUTBOUND, PORT), 10);
-    assert_eq!(obs.open_connections(server.pid(), INBOUND, PORT), 10, "the old ones' ends took none of the new");
     assert_eq!(obs.open_connections(old_pid, OUTBOUND, PORT), 0);
-    assert_eq!(obs.connection_counts(old_pid, OUTBOUND, PORT), Default::default(), "nothing counted for them");
+    assert_eq!(obs.open_connections(new.pid(), OUTBOUND, PORT), 10);
+    assert_eq!(obs.open_connections(server.pid(), INBOUND, PORT), ns.established(&sport, Some(server.pid())));
+    let ended = obs.connection_counts(old_pid, OUTBOUND, PORT);
+    assert_eq!((ended.established, ended.closed_older, ended.closed.iter().sum::<u64>()), (0, OLD, 0));
+    // Nothing left over from the start (an entry of a socket that ended
+    // while observer entered it would stay open for ever).
+    let netns = observer::node::netns::inode(&ns.path()).unwrap();
+    let held: u64 = obs.open_connection_keys().iter().filter(|(k, _)| k.netns == netns).map(|(_, n)| n).sum();
+    assert_eq!(held, ns.established("", None), "every key: {:#?}\n{}", obs.open_connection_keys(), ns.ss_all());
+}
+
+/// A restart (a DaemonSet rollout) keeps the pool in the gauge: a pool of
+/// connections held through a daemon's stop and the next one's start is
+/// exported by the new daemon as open, for the pool's process and the
+/// listener's, equal to `ss`.
+#[test]
+fn a_restarted_daemon_exports_the_pool_it_found_open() {
+    use common::daemon::{scrape_until, start_daemon};
+    use observer_testing::http::sample;
+    const POOL: u64 = 40;
+    const RESTART_PORT: u16 = 5434;
+    let ns = Netns::new();
+    let to = format!("127.0.0.1:{RESTART_PORT}");
+    let server = ns.serve(&["--listen", &to, "--hold"]);
+    let mut first = start_daemon(&[]);
+    let pool = ns.client_holding(&["--to", &to, "--count", &POOL.to_string()]);
+    assert_eq!(pool.report.connected, POOL);
+    assert!(first.terminate(std::time::Duration::from_secs(10)).is_some_and(|s| s.success()));
+    drop(first);
+
+    let daemon = start_daemon(&[]);
+    let port = RESTART_PORT.to_string();
+    let usage = |body: &str, pid: u32, direction: &str| {
+        let labels = [
+            format!("process_pid=\"{pid}\""),
+            format!("observer_connection_direction=\"{direction}\""),
+            format!("server_port=\"{port}\""),
+        ];
+        sample(body, "observer_tcp_connection_usage", &labels.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let body = scrape_until(&daemon, std::time::Duration::from_secs(20), |b| {
+        usage(b, pool.pid(), "outbound").is_some() && usage(b, server.pid(), "inbound").is_some()
+    });
+    let ss = |filter: &str, pid: u32| Some(ns.established(filter, Some(pid)));
+    assert_eq!(
+        (usage(&body, pool.pid(), "outbound"), usage(&body, server.pid(), "inbound")),
+        (ss(&format!("dport = :{port}"), pool.pid()), ss(&format!("sport = :{port}"), server.pid())),
+        "{body}"
+    );
+    assert_eq!(usage(&body, pool.pid(), "outbound"), Some(POOL));
+    assert!(daemon.log().contains("established before observer started"), "{}", daemon.log());
 }
 
 /// Handshakes timed from the SYN: toward one port the namespace's firewall

@@ -47,6 +47,10 @@ pub struct KernelMaps {
     pub closed_listeners: Queue<MapData, ClosedListener>,
     /// The size `OPEN_CONNECTIONS` was loaded with.
     pub open_connections_capacity: u32,
+    /// The connections established before observer started, entered in
+    /// `OPEN_CONNECTIONS` at start (`probes::older`): the open ledger's
+    /// opening balance, per key.
+    pub older_connections: Vec<(ConnectionKey, u64)>,
 }
 
 /// What changed since the previous collection.
@@ -130,7 +134,6 @@ impl Collector {
     /// drop counters are the counts (`ListenerTracker`).
     pub fn new(maps: KernelMaps, proc_root: PathBuf, attributor: Attributor, overflows_from_sweep: bool) -> Self {
         Self {
-            maps,
             known: HashSet::new(),
             exited_at: HashMap::new(),
             started: HashMap::new(),
@@ -147,7 +150,8 @@ impl Collector {
             held: holdback::Held::default(),
             holding: true,
             evictions: lru::EvictionTracker::default(),
-            open_connections: open_connections::OpenConnections::default(),
+            open_connections: open_connections::OpenConnections::opening(&maps.older_connections),
+            maps,
         }
     }
 
@@ -176,6 +180,9 @@ impl Collector {
             .map(|(k, _)| k.actor)
             .chain(deltas.connect_errors.iter().map(|(k, _)| k.actor))
             .chain(deltas.connections.iter().map(|(k, _)| k.actor))
+            // A process whose connections are all older than observer has
+            // no count but these.
+            .chain(deltas.open_connections.iter().map(|(k, _)| k.actor))
             .chain(deltas.listen_drops.iter().map(|d| d.owner))
             .chain(deltas.listener_owners.values().copied())
             .map(|actor| (pod_key(&actor), actor.cgroup_id, actor.tgid))

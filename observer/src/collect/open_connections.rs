@@ -5,7 +5,9 @@
 //! (connections.rs in the eBPF crate), under the same key, and a start is
 //! read no later than its end (a later buffer, or the same): so no count
 //! goes below zero, and each key leaves the ledger when its last
-//! connection ends.
+//! connection ends. The connections established before observer started
+//! are its opening balance (`probes::older` entered them in the kernel's
+//! map, so their ends count too, in `closed_older`).
 use std::collections::HashMap;
 
 use observer_common::{ConnectionCounts, ConnectionKey};
@@ -18,10 +20,19 @@ pub struct OpenConnections {
 }
 
 impl OpenConnections {
+    /// A ledger that starts with `older` open (per key).
+    pub fn opening(older: &[(ConnectionKey, u64)]) -> Self {
+        let mut ledger = Self::default();
+        for (key, n) in older.iter().filter(|(_, n)| *n > 0) {
+            *ledger.open.entry(*key).or_default() += n;
+        }
+        ledger
+    }
+
     /// Add one interval's counts.
     pub fn update(&mut self, interval: &[(ConnectionKey, ConnectionCounts)]) {
         for (key, counts) in interval {
-            let closed: u64 = counts.closed.iter().sum();
+            let closed: u64 = counts.closed.iter().sum::<u64>() + counts.closed_older;
             let open = self.open.entry(*key).or_default();
             let now = (*open + counts.established).checked_sub(closed);
             match now {
@@ -76,6 +87,18 @@ mod tests {
         assert_eq!(ledger.total(), 800 + 11_200 - 150);
         ledger.update(&[(key(1), counts(0, &[(7, 11_850)]))]);
         assert_eq!(ledger.total(), 0);
+        assert_eq!(ledger.unmatched, 0);
+    }
+
+    #[test]
+    fn connections_older_than_observer_open_the_ledger_and_their_ends_close_it() {
+        let mut ledger = OpenConnections::opening(&[(key(1), 800), (key(2), 0)]);
+        assert_eq!(ledger.iter().collect::<Vec<_>>(), [(&key(1), 800)], "a key with none open is not kept");
+        // 100 new ones, 30 of the new ended (timed), 500 of the older.
+        let mut interval = counts(100, &[(3, 30)]);
+        interval.closed_older = 500;
+        ledger.update(&[(key(1), interval)]);
+        assert_eq!(ledger.total(), 800 + 100 - 30 - 500);
         assert_eq!(ledger.unmatched, 0);
     }
 

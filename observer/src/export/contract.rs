@@ -315,7 +315,8 @@ pub const TCP_CONNECTIONS_CLOSED: Instrument = Instrument {
     unit: "{connection}",
     description: "TCP connections that left ESTABLISHED (a FIN sent or received, a reset), by how long they had \
                   been established (observer.le), process, direction and far end; a missing keep-alive shows as many \
-                  short lifetimes. Only connections established while observer ran",
+                  short lifetimes. Only connections established while observer ran (an older one's lifetime is \
+                  unknown: its end leaves observer.tcp.connection.usage, not this)",
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };
 
@@ -344,7 +345,8 @@ pub const TCP_CONNECTION_USAGE: Instrument = Instrument {
     kind: Kind::Gauge,
     unit: "{connection}",
     description: "TCP connections ESTABLISHED now, by process, direction and far end (what `ss state \
-                  established` lists); counts the connections established while observer ran",
+                  established` lists); those established before observer started count from its start (the TCP socket \
+                  iterator, Linux 5.9+)",
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
 };
 

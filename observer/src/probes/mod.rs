@@ -3,6 +3,7 @@
 pub mod explain;
 pub mod hooks;
 pub mod offsets;
+pub mod older;
 pub mod privileges;
 pub mod stats;
 pub mod syn_queue_test;
@@ -66,18 +67,29 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// `load_with_btf` with the kernel's own BTF and the default map sizes.
+    /// `load_with_btf` with the kernel's own BTF, the default map sizes
+    /// and this host's /proc.
     pub fn load(mode: AttachMode) -> Result<(Self, KernelMaps), Error> {
-        Self::load_with_btf(mode, Path::new(offsets::VMLINUX_BTF), capacity::SOCK_OWNERS)
+        Self::load_with_btf(mode, Path::new(offsets::VMLINUX_BTF), capacity::SOCK_OWNERS, Path::new("/proc"))
     }
 
     /// Check privileges and kernel features, load the object with this
     /// kernel's struct offsets (from the BTF at `btf_path`) and room for
     /// `max_sockets` socket owners and established connections followed,
     /// and attach every hook.
-    pub fn load_with_btf(mode: AttachMode, btf_path: &Path, max_sockets: u32) -> Result<(Self, KernelMaps), Error> {
+    pub fn load_with_btf(
+        mode: AttachMode,
+        btf_path: &Path,
+        max_sockets: u32,
+        proc_root: &Path,
+    ) -> Result<(Self, KernelMaps), Error> {
         // The trace ring buffer stays at its one page, never written.
-        Self::load_object(mode, btf_path, max_sockets, None).map(|(probes, maps, _)| (probes, maps))
+        let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, max_sockets, None)?;
+        // Once the programs follow every new connection (`older`).
+        let btf = Btf::parse_file(btf_path, aya::Endianness::default())
+            .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
+        maps.older_connections = older::enter(&mut probes._ebpf, &btf, &maps.listeners, proc_root);
+        Ok((probes, maps))
     }
 
     /// `observer trace`'s own copy of the programs: loaded and attached as
@@ -251,6 +263,7 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
             ],
         },
         open_connections_capacity: max_sockets,
+        older_connections: Vec::new(),
         closed_listeners: take::<Queue<_, _>>(ebpf, maps::CLOSED_LISTENERS)?,
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,

@@ -65,6 +65,13 @@ pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
             .unwrap_or(0),
         net_tcp_syncookies: r.offset("net", "ipv4.sysctl_tcp_syncookies").unwrap_or(0),
         inet_sport: r.offset("inet_sock", "inet_sport")?,
+        // Optional, for the start-up iterator's owners (older.rs): without
+        // them connections older than observer count under pid 0.
+        sock_socket: r.offset("sock", "sk_socket").unwrap_or(0),
+        socket_inode_ino: r
+            .offset("socket_alloc", "vfs_inode.i_ino")
+            .and_then(|ino| Ok(ino - r.offset("socket_alloc", "socket")?))
+            .unwrap_or(0),
     };
     if offsets.sock_cgroup == 0 || offsets.cgroup_kn == 0 {
         tracing::info!(
@@ -242,6 +249,8 @@ mod tests {
             assert!(field > off.skc_v6_daddr, "{name}: {off:?}");
         }
         assert!(off.skc_cookie > off.skc_family && off.skc_cookie < off.sock_drops, "{off:?}");
+        // The start-up iterator's inode read: sock -> socket -> its inode.
+        assert!(off.sock_socket > off.skc_v6_daddr && off.socket_inode_ino > 0, "{off:?}");
         // Neither is the first field of sk_buff (a list head is).
         assert!(off.skb_tcp_tw_isn > 0 && off.skb_protocol > 0, "{off:?}");
     }

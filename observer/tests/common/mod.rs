@@ -130,6 +130,7 @@ impl Observer {
                 *t += n;
             }
             total.handshake_retransmits += counts.handshake_retransmits;
+            total.closed_older += counts.closed_older;
         }
         self.open_connections = d.open_connections;
         self.lost = d.lost.to_vec();
@@ -169,6 +170,7 @@ impl Observer {
                 *t += n;
             }
             total.handshake_retransmits += c.handshake_retransmits;
+            total.closed_older += c.closed_older;
         }
         total
     }

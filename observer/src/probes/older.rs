@@ -1,0 +1,303 @@
+//! The connections established before observer started. The programs
+//! count a connection open when it reaches ESTABLISHED; those already there
+//! at start would never count, and a restart (a DaemonSet rollout) would
+//! drop a database client's 800 held connections from the gauge for as
+//! long as they live. So at start, once the programs are attached, the
+//! TCP socket iterator (observer-ebpf's older.rs) lists every namespace's
+//! established sockets the programs do not follow yet, and each is entered
+//! in `OPEN_CONNECTIONS` under the key a program would have given it
+//! (`OpenConnection::OLDER`, no lifetime): its end then counts like any
+//! other, and the ledger starts with them open.
+//!
+//! Exact at every step, against a socket that ends meanwhile:
+//! - one the programs saw reach ESTABLISHED since they were attached has
+//!   its entry already: the iterator skips it, or the insert (no
+//!   overwrite) fails and it is not counted here;
+//! - one that ended between the iterator's read and the insert would leave
+//!   an entry for ever: a second pass lists what is still established, and
+//!   an entry of ours whose socket is not is removed; removed by us, it
+//!   was never counted ended, so it is not counted open either (removed by
+//!   its end first, it was counted ended, and stays counted open).
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fs::File,
+    io::Read as _,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use aya::{
+    Btf, Ebpf,
+    maps::{HashMap as AyaHashMap, MapData},
+    programs::{Iter, iter::IterLink},
+};
+use observer_common::{
+    Actor, ConnectionKey, IteratedSocket, ListenerKey, OpenConnection, direction,
+    names::{maps, programs},
+    tcp_state,
+};
+use tracing::{info, warn};
+
+use crate::node::{netns, owners};
+
+/// The connections entered, per key: the ledger's opening balance.
+pub type Opening = Vec<(ConnectionKey, u64)>;
+
+const BPF_NOEXIST: u64 = 1;
+
+/// Enter every namespace's established connections that no program follows
+/// into `OPEN_CONNECTIONS`, and count them per key. Never fails the start:
+/// where the iterator cannot run (no BTF, before Linux 5.9), the log says
+/// the gauge leaves them out.
+pub fn enter(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
+    proc_root: &Path,
+) -> Opening {
+    match try_enter(ebpf, btf, listeners, proc_root) {
+        Ok(opening) => opening,
+        Err(reason) => {
+            warn!(
+                "the connections established before observer started are not counted open \
+                 (observer_tcp_connections_open leaves them out until they end): {reason}"
+            );
+            Vec::new()
+        }
+    }
+}
+
+fn try_enter(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
+    proc_root: &Path,
+) -> Result<Opening, String> {
+    let namespaces = netns::all(proc_root);
+    let program: &mut Iter = ebpf
+        .program_mut(programs::OLDER_CONNECTIONS)
+        .ok_or("the TCP socket iterator is not in the object")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    program.load("tcp", btf).map_err(|e| format!("loading the TCP socket iterator (bpf_iter_tcp, Linux 5.9+): {e}"))?;
+
+    let first = iterate(program, &namespaces)?;
+    let inodes: HashSet<u32> = first
+        .values()
+        .flatten()
+        .filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED && s.inode != 0)
+        .filter_map(|s| u32::try_from(s.inode).ok())
+        .collect();
+    let owners = owners::owners_of_sockets(proc_root, &inodes);
+    let listener_owner = |key: &ListenerKey| listeners.get(key, 0).ok();
+    let wanted = entries(&first, &owners, listener_owner);
+
+    let mut open: AyaHashMap<_, u64, OpenConnection> = ebpf
+        .map_mut(maps::OPEN_CONNECTIONS)
+        .ok_or("no OPEN_CONNECTIONS map")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    let mut entered = Vec::new();
+    let mut full = 0u64;
+    for (sk, entry) in wanted {
+        match open.insert(sk, entry, BPF_NOEXIST) {
+            Ok(()) => entered.push((sk, entry)),
+            // EEXIST: a program follows it since (established after the
+            // iterator read it: impossible; its address taken by a new
+            // socket: that one is the program's). Else the map is full.
+            Err(e) if is_errno(&e, nix::libc::EEXIST) => {}
+            Err(_) => full += 1,
+        }
+    }
+
+    // The second pass: an entry whose socket is no longer established.
+    let program: &mut Iter =
+        ebpf.program_mut(programs::OLDER_CONNECTIONS).ok_or("no iterator")?.try_into().map_err(|e| format!("{e}"))?;
+    let still: HashSet<u64> = iterate(program, &namespaces)?
+        .values()
+        .flatten()
+        .filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED)
+        .map(|s| s.sk)
+        .collect();
+    let mut open: AyaHashMap<_, u64, OpenConnection> = ebpf
+        .map_mut(maps::OPEN_CONNECTIONS)
+        .ok_or("no OPEN_CONNECTIONS map")?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    let mut counted: BTreeMap<ConnectionKey, u64> = BTreeMap::new();
+    for (sk, entry) in entered {
+        // The iterator lists the sockets of our entries that are still
+        // established; ours is missing once its end took the entry, or if
+        // it ended unseen before we entered it.
+        let gone = !still.contains(&sk) && open.get(&sk, 0).is_ok_and(|now| now == entry) && open.remove(&sk).is_ok();
+        if !gone {
+            *counted.entry(entry.key).or_default() += 1;
+        }
+    }
+    let total: u64 = counted.values().sum();
+    info!(
+        connections = total,
+        namespaces = namespaces.len(),
+        "counted open the connections established before observer started (their ends count as they come; \
+         their lifetimes are unknown)"
+    );
+    if full > 0 {
+        warn!(
+            left_out = full,
+            "OPEN_CONNECTIONS is full: {full} connections established before observer started are not counted open; \
+             raise --max-sockets"
+        );
+    }
+    Ok(counted.into_iter().collect())
+}
+
+/// Run the iterator once in each namespace: its listeners and the
+/// established sockets no program follows, by namespace inode.
+fn iterate(
+    program: &mut Iter,
+    namespaces: &BTreeMap<u32, PathBuf>,
+) -> Result<HashMap<u32, Vec<IteratedSocket>>, String> {
+    // A link per namespace, made here (the program stays on this thread);
+    // each is turned into its reader inside its namespace, which fixes the
+    // namespace the iterator walks (the reader's, at creation).
+    let mut links = HashMap::new();
+    for &inode in namespaces.keys() {
+        let id = program.attach().map_err(|e| format!("attaching the TCP socket iterator: {e}"))?;
+        links.insert(inode, program.take_link(id).map_err(|e| format!("{e}"))?);
+    }
+    let links: Mutex<HashMap<u32, IterLink>> = Mutex::new(links);
+    let read = netns::in_each_namespace(namespaces.clone(), move |inode| {
+        let link = links.lock().ok()?.remove(&inode)?;
+        let mut file: File = link.into_file().ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        Some((inode, parse(&bytes)))
+    });
+    Ok(read.into_iter().collect())
+}
+
+/// The iterator's records, one `IteratedSocket` after another.
+fn parse(bytes: &[u8]) -> Vec<IteratedSocket> {
+    bytes
+        .chunks_exact(size_of::<IteratedSocket>())
+        // SAFETY: IteratedSocket is repr(C) of integers, any bytes valid.
+        .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<IteratedSocket>()) })
+        .collect()
+}
+
+/// The entry each established socket gets: the key a program would have
+/// given it. Inbound (its local port a listener's in its namespace): the
+/// listener's owner as the programs recorded it (else the socket's cgroup,
+/// pid 0, as the programs do for a listener older than observer; userspace
+/// charges it to the listener's owner like theirs). Outbound: the process
+/// holding it (/proc), else the socket's cgroup.
+fn entries(
+    by_netns: &HashMap<u32, Vec<IteratedSocket>>,
+    owners: &HashMap<u32, Actor>,
+    listener_owner: impl Fn(&ListenerKey) -> Option<Actor>,
+) -> Vec<(u64, OpenConnection)> {
+    let mut out = Vec::new();
+    for (&netns, sockets) in by_netns {
+        let listening: HashSet<u16> =
+            sockets.iter().filter(|s| i32::from(s.state) == tcp_state::LISTEN).map(|s| s.local_port).collect();
+        for s in sockets.iter().filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED) {
+            let unknown = Actor { cgroup_id: s.cgroup_id, ..Actor::default() };
+            let key = if listening.contains(&s.local_port) {
+                let listener = ListenerKey { netns, port: s.local_port, family: s.family };
+                ConnectionKey {
+                    actor: listener_owner(&listener).unwrap_or(unknown),
+                    addr: [0; 16],
+                    family: s.family,
+                    port: s.local_port,
+                    direction: direction::INBOUND,
+                    netns,
+                    _pad: 0,
+                }
+            } else {
+                let owner = u32::try_from(s.inode).ok().and_then(|inode| owners.get(&inode));
+                let actor = owner.map_or(unknown, |o| Actor { cgroup_id: s.cgroup_id, ..*o });
+                ConnectionKey {
+                    actor,
+                    addr: s.remote_addr,
+                    family: s.family,
+                    port: s.remote_port,
+                    direction: direction::OUTBOUND,
+                    netns,
+                    _pad: 0,
+                }
+            };
+            out.push((s.sk, OpenConnection { key, since: 0, handshaking: OpenConnection::OLDER, _pad: 0 }));
+        }
+    }
+    out
+}
+
+fn is_errno(e: &aya::maps::MapError, errno: i32) -> bool {
+    matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(errno))
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_common::AF_INET;
+
+    use super::*;
+
+    fn socket(sk: u64, state: i32, local_port: u16, remote_port: u16, inode: u64) -> IteratedSocket {
+        IteratedSocket {
+            sk,
+            inode,
+            cgroup_id: 77,
+            remote_addr: [10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            family: AF_INET,
+            local_port,
+            remote_port,
+            state: state as u16,
+        }
+    }
+
+    #[test]
+    fn a_socket_on_a_listening_port_is_inbound_and_the_others_outbound_to_their_far_end() {
+        let sockets = vec![
+            socket(1, tcp_state::LISTEN, 8080, 0, 10),
+            socket(2, tcp_state::ESTABLISHED, 8080, 40000, 11),
+            socket(3, tcp_state::ESTABLISHED, 40001, 27017, 12),
+            socket(4, tcp_state::ESTABLISHED, 40002, 27017, 99),
+        ];
+        let by_netns = HashMap::from([(5, sockets)]);
+        let mut client = Actor { tgid: 42, ..Actor::default() };
+        client.comm[..6].copy_from_slice(b"client");
+        let owners = HashMap::from([(12, client)]);
+        let server = Actor { tgid: 7, cgroup_id: 3, ..Actor::default() };
+        let mut got = entries(&by_netns, &owners, |k| (k.port == 8080 && k.netns == 5).then_some(server));
+        got.sort_by_key(|(sk, _)| *sk);
+        let keys: Vec<_> = got.iter().map(|(sk, e)| (*sk, e.key, e.handshaking)).collect();
+        assert_eq!(keys.len(), 3, "the listener itself is no connection");
+        let (_, inbound, older) = keys[0];
+        assert_eq!(
+            (inbound.direction, inbound.port, inbound.actor, inbound.addr),
+            (direction::INBOUND, 8080, server, [0; 16])
+        );
+        assert_eq!(older, OpenConnection::OLDER);
+        let (_, outbound, _) = keys[1];
+        assert_eq!(
+            (outbound.direction, outbound.port, outbound.addr[..4].to_vec()),
+            (direction::OUTBOUND, 27017, vec![10, 0, 0, 5])
+        );
+        assert_eq!((outbound.actor.tgid, outbound.actor.cgroup_id, outbound.actor.comm_str()), (42, 77, "client"));
+        let (_, unowned, _) = keys[2];
+        assert_eq!((unowned.actor.tgid, unowned.actor.cgroup_id), (0, 77), "no process holds it: its cgroup, pid 0");
+    }
+
+    #[test]
+    fn records_are_read_whole() {
+        let s = socket(9, tcp_state::ESTABLISHED, 1, 2, 3);
+        // SAFETY: reading a repr(C) value's bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&s as *const IteratedSocket).cast::<u8>(), size_of::<IteratedSocket>())
+        };
+        let mut two = bytes.to_vec();
+        two.extend_from_slice(bytes);
+        two.extend_from_slice(&bytes[..5]);
+        assert_eq!(parse(&two), vec![s, s]);
+    }
+}

@@ -260,6 +260,23 @@ impl OpenConnection {
     pub const OLDER: u32 = 2;
 }
 
+/// A connection's end that found its interval's `CONNECTIONS` map full
+/// (`QUEUED_ENDS`): queued for userspace, which counts it in the round
+/// that reads it, so the connection does not stay open for ever.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueuedEnd {
+    pub key: ConnectionKey,
+    /// Its lifetime's bucket (`lifetime`), or `QueuedEnd::OLDER`.
+    pub bucket: u32,
+    pub _pad: u32,
+}
+
+impl QueuedEnd {
+    /// Established before observer started: no lifetime (`closed_older`).
+    pub const OLDER: u32 = u32::MAX;
+}
+
 /// One TCP socket as the start-up iterator (`iter/tcp`, run in each
 /// network namespace) saw it: the listeners, to tell inbound connections
 /// from outbound, and the established connections that the programs did
@@ -413,9 +430,13 @@ pub mod lost {
     /// A connection reached ESTABLISHED with `OPEN_CONNECTIONS` full: it is
     /// not followed (neither its opening nor its end counts).
     pub const OPEN_CONNECTIONS_FULL: u32 = 6;
-    /// A connection count with the buffer's `CONNECTIONS` map full.
+    /// A connection count with the buffer's `CONNECTIONS` map full (an
+    /// end, only if `QUEUED_ENDS` was full too).
     pub const CONNECTIONS_FULL: u32 = 7;
-    pub const SLOTS: u32 = 8;
+    /// A connection's end found both `CONNECTIONS` and `QUEUED_ENDS` full:
+    /// that connection stays counted open.
+    pub const QUEUED_ENDS_FULL: u32 = 8;
+    pub const SLOTS: u32 = 9;
 }
 
 /// The LRU maps (entries the kernel evicts to make room when full) and the
@@ -464,6 +485,9 @@ pub mod capacity {
     /// Established connections followed at once: the default; `observer
     /// run --max-sockets` sets it with `SOCK_OWNERS`.
     pub const OPEN_CONNECTIONS: u32 = 65_536;
+    /// Connection ends queued within one interval because `CONNECTIONS`
+    /// was full (72 bytes each).
+    pub const QUEUED_ENDS: u32 = 16_384;
 }
 
 const _: () = {
@@ -483,6 +507,7 @@ const _: () = {
     assert!(size_of::<ConnectionKey>() == 64);
     assert!(size_of::<ConnectionCounts>() == 328);
     assert!(size_of::<IteratedSocket>() == 48);
+    assert!(size_of::<QueuedEnd>() == 72);
     assert!(size_of::<OpenConnection>() == 80);
     assert!(size_of::<RecentlyCounted>() == 40);
 };

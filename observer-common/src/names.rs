@@ -21,6 +21,7 @@ pub mod maps {
     pub const CONNECTIONS: &str = "CONNECTIONS";
     pub const CONNECTIONS_BUFFERS: [&str; 2] = ["CONNECTIONS_0", "CONNECTIONS_1"];
     pub const OPEN_CONNECTIONS: &str = "OPEN_CONNECTIONS";
+    pub const QUEUED_ENDS: &str = "QUEUED_ENDS";
     pub const SOCK_OWNERS: &str = "SOCK_OWNERS";
     pub const LISTENERS: &str = "LISTENERS";
     pub const INFLIGHT_CONNECTS: &str = "INFLIGHT_CONNECTS";

@@ -1,7 +1,8 @@
 //! Userspace-only impls: aya reads and writes these types as plain bytes.
 use crate::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
-    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, ThreadConnect, TraceEvent,
+    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, QueuedEnd, ThreadConnect,
+    TraceEvent,
 };
 
 // SAFETY: all are #[repr(C)], contain only integers and byte arrays, and
@@ -22,6 +23,7 @@ unsafe impl aya::Pod for ConnectionKey {}
 unsafe impl aya::Pod for ConnectionCounts {}
 unsafe impl aya::Pod for OpenConnection {}
 unsafe impl aya::Pod for TraceEvent {}
+unsafe impl aya::Pod for QueuedEnd {}
 
 impl Actor {
     /// The executable name as text (comm up to its first NUL).

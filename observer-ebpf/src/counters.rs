@@ -11,15 +11,15 @@
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuHashMap};
 use observer_common::{
     Actor, ConnectErrorKey, ConnectionCounts, ConnectionKey, KeysCreated, ListenerDropKey, ProcCounters, ProcKey,
-    TASK_COMM_LEN,
+    QueuedEnd, TASK_COMM_LEN,
     buffers::{FOLDED_DADDR, KEYS_PER_PROCESS},
     handshake, lifetime, lost, lru,
 };
 
 use crate::maps::{
     CONNECT_ERRORS_0, CONNECT_ERRORS_1, CONNECTIONS_0, CONNECTIONS_1, KEYS_CREATED_0, KEYS_CREATED_1,
-    LISTEN_OVERFLOWS_0, LISTEN_OVERFLOWS_1, LOST, LRU_CHURN, PROC_COUNTERS_0, PROC_COUNTERS_1, TIME_WAIT_BY_NETNS,
-    config,
+    LISTEN_OVERFLOWS_0, LISTEN_OVERFLOWS_1, LOST, LRU_CHURN, PROC_COUNTERS_0, PROC_COUNTERS_1, QUEUED_END_SCRATCH,
+    QUEUED_ENDS, TIME_WAIT_BY_NETNS, config,
 };
 
 #[derive(Clone, Copy)]
@@ -239,12 +239,25 @@ pub fn bump_handshake_end(key: &mut ConnectionKey, end: HandshakeEnd) -> Counted
 #[inline(always)]
 pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>) {
     let map = if buffer() == 0 { &CONNECTIONS_0 } else { &CONNECTIONS_1 };
+    let bucket = lived_ns.map(|ns| log2_bucket(ns, lifetime::BUCKETS));
     let Some(value) = shared_value_of(map, key, &ZERO_CONNECTION_COUNTS) else {
-        return count_lost(lost::CONNECTIONS_FULL);
+        // Queued: counted by userspace in the round that reads it.
+        let queued = QUEUED_END_SCRATCH.get_ptr_mut(0).is_some_and(|end| {
+            // SAFETY: this CPU's slot, used only here, start to end.
+            unsafe {
+                (*end).key = *key;
+                (*end).bucket = bucket.map_or(QueuedEnd::OLDER, |b| b as u32);
+                QUEUED_ENDS.push(&*end, 0).is_ok()
+            }
+        });
+        if !queued {
+            count_lost(lost::QUEUED_ENDS_FULL);
+        }
+        return;
     };
     // SAFETY: as above; the bucket is < lifetime::BUCKETS.
-    let slot = match lived_ns {
-        Some(ns) => unsafe { (*value).closed.get_mut(log2_bucket(ns, lifetime::BUCKETS)) },
+    let slot = match bucket {
+        Some(b) => unsafe { (*value).closed.get_mut(b) },
         None => Some(unsafe { &mut (*value).closed_older }),
     };
     if let Some(slot) = slot {

@@ -7,8 +7,8 @@ use aya_ebpf::{
 };
 use observer_common::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
-    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, RecentlyCounted, ThreadConnect,
-    capacity, lost, lru,
+    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, QueuedEnd, RecentlyCounted,
+    ThreadConnect, capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -131,6 +131,17 @@ pub static CONNECTIONS_1: HashMap<ConnectionKey, ConnectionCounts> =
 /// leaves the new connection out, counted in `LOST`.
 #[map]
 pub static OPEN_CONNECTIONS: HashMap<u64, OpenConnection> = HashMap::with_max_entries(capacity::OPEN_CONNECTIONS, 0);
+
+/// Connection ends that found their interval's `CONNECTIONS` full, for
+/// userspace to count (a lost end would leave the connection open for
+/// ever).
+#[map]
+pub static QUEUED_ENDS: Queue<QueuedEnd> = Queue::with_max_entries(capacity::QUEUED_ENDS, 0);
+
+/// Where a `QueuedEnd` is built before it is pushed: `sock_state`'s stack
+/// (480 of 512 bytes) has no room for its 72.
+#[map]
+pub static QUEUED_END_SCRATCH: PerCpuArray<QueuedEnd> = PerCpuArray::with_max_entries(1, 0);
 
 /// Listeners that closed, with their last drop count, for the sweep to
 /// settle (only where no overflow hook is attached, `Config`).

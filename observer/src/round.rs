@@ -95,6 +95,10 @@ impl LossLog {
                 "more connections were established at once than it follows: the newest are left out of \
                  observer_tcp_connection_usage and the connection counters; raise --max-sockets"
             }
+            maps::QUEUED_ENDS => {
+                "more connections ended with CONNECTIONS full within one interval than it queues (16,384): those \
+                 stay counted open in observer_tcp_connection_usage; shorten --interval"
+            }
             maps::INFLIGHT_CONNECTS => "more connect() calls were in flight at once than it holds (16,384)",
             maps::TIME_WAIT_BY_NETNS => "more network namespaces had TIME_WAIT entries than it holds (4,096)",
             _ => "see observer_map_usage against observer_map_limit",
@@ -257,6 +261,7 @@ impl Rounds {
                 (maps::CLOSED_LISTENERS, deltas.lost[lost::CLOSED_LISTENERS_FULL as usize]),
                 (maps::OPEN_CONNECTIONS, deltas.lost[lost::OPEN_CONNECTIONS_FULL as usize]),
                 (maps::CONNECTIONS, deltas.lost[lost::CONNECTIONS_FULL as usize]),
+                (maps::QUEUED_ENDS, deltas.lost[lost::QUEUED_ENDS_FULL as usize]),
             ],
             unseen: [
                 ("time_wait_entry", deltas.unseen_time_wait, self.time_wait_check),

@@ -95,6 +95,7 @@ pub const KERNEL_TESTS: &[&str] = &[
     "attach_modes",
     "scanner",
     "connections",
+    "connection_ends",
     "trace",
 ];
 

@@ -22,7 +22,7 @@ pub use listeners::{DropReason, ListenerDrops, ListenerTracker};
 pub use lru::{EvictionTracker, LruMaps, MapFill};
 use observer_common::{
     Actor, ClosedListener, ConnectErrorKey, ConnectionCounts, ConnectionKey, ListenerDropKey, ListenerKey,
-    ProcCounters, ProcKey, capacity, listener_drop, lost, names::maps,
+    ProcCounters, ProcKey, QueuedEnd, capacity, listener_drop, lost, names::maps,
 };
 
 use crate::{
@@ -45,6 +45,8 @@ pub struct KernelMaps {
     pub time_wait_by_netns: PerCpuHashMap<MapData, u32, u64>,
     /// Listeners that closed, with their last drop count (sweep's mode).
     pub closed_listeners: Queue<MapData, ClosedListener>,
+    /// Connection ends that found `CONNECTIONS` full.
+    pub queued_ends: Queue<MapData, QueuedEnd>,
     /// The size `OPEN_CONNECTIONS` was loaded with.
     pub open_connections_capacity: u32,
     /// The connections established before observer started, entered in
@@ -239,8 +241,15 @@ impl Collector {
         let mut deltas = Deltas::default();
         self.note_exits();
 
+        // Ends the programs queued for want of room, read before the
+        // buffers swap: an end queued after this read may belong to a
+        // connection whose start goes to the buffer filled from the swap
+        // on, read next round, and the ledger must never see an end
+        // before its start.
+        let queued_ends = self.take_queued_ends();
         // The counts since the last round, each read once (buffers.rs).
-        let interval = self.maps.counters.take()?;
+        let mut interval = self.maps.counters.take()?;
+        count_queued_ends(&mut interval.connections, &queued_ends);
         for (key, counts) in &interval.procs {
             self.seen(&key.actor, now);
             if *counts != ProcCounters::default() {
@@ -529,6 +538,15 @@ impl Collector {
         }
     }
 
+    /// Every connection end the programs queued since the last round.
+    fn take_queued_ends(&mut self) -> Vec<QueuedEnd> {
+        let mut ends = Vec::new();
+        while let Ok(end) = self.maps.queued_ends.pop(0) {
+            ends.push(end);
+        }
+        ends
+    }
+
     /// Every listener the programs saw close since the last round.
     fn take_closed_listeners(&mut self) -> Vec<ClosedListener> {
         let mut closed = Vec::new();
@@ -565,9 +583,43 @@ pub fn since(last: u64, now: u64) -> u64 {
     if now >= last { now - last } else { now }
 }
 
+/// Count each queued end in the interval's counts of its key, as the
+/// programs would have had there been room.
+fn count_queued_ends(connections: &mut Vec<(ConnectionKey, ConnectionCounts)>, ends: &[QueuedEnd]) {
+    if ends.is_empty() {
+        return;
+    }
+    let mut index: HashMap<ConnectionKey, usize> = connections.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+    for end in ends {
+        let i = *index.entry(end.key).or_insert_with(|| {
+            connections.push((end.key, ConnectionCounts::default()));
+            connections.len() - 1
+        });
+        let counts = &mut connections[i].1;
+        match counts.closed.get_mut(end.bucket as usize) {
+            Some(slot) => *slot += 1,
+            None => counts.closed_older += 1,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::since;
+    use observer_common::{ConnectionCounts, ConnectionKey, QueuedEnd};
+
+    use super::{count_queued_ends, since};
+
+    #[test]
+    fn queued_ends_count_under_their_key_in_their_bucket() {
+        let key = |port| ConnectionKey { port, family: 2, ..Default::default() };
+        let mut connections = vec![(key(1), ConnectionCounts { established: 3, ..Default::default() })];
+        let end = |port, bucket| QueuedEnd { key: key(port), bucket, _pad: 0 };
+        count_queued_ends(&mut connections, &[end(1, 4), end(2, QueuedEnd::OLDER), end(2, 0), end(1, 4)]);
+        assert_eq!(connections.len(), 2);
+        let (first, second) = (&connections[0].1, &connections[1].1);
+        assert_eq!((first.established, first.closed[4], first.closed_older), (3, 2, 0));
+        assert_eq!((second.established, second.closed[0], second.closed_older), (0, 1, 1));
+    }
 
     #[test]
     fn delta_of_a_growing_counter() {

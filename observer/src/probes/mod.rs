@@ -132,6 +132,14 @@ impl Probes {
             .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
             .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets);
+        // Test builds only: the interval's connection counts made tiny, so
+        // a test can fill them (tests/connection_ends.rs).
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(entries)) = fail::eval("connections-entries", |arg| arg.and_then(|a| a.parse::<u32>().ok())) {
+            for map in maps::CONNECTIONS_BUFFERS {
+                loader.map_max_entries(map, entries);
+            }
+        }
         // Read-only once loaded: the verifier knows the daemon's 0 and
         // drops the programs' trace code, so their events cost it nothing.
         let kinds = trace.as_ref().map_or(0, |t| t.kinds);
@@ -205,7 +213,7 @@ struct TraceSetup {
 /// The maps `observer trace` never reads (its copy of the programs still
 /// writes them), and their size there. Not the socket owners: its events
 /// need them.
-const TRACE_UNREAD_MAPS: [&str; 13] = [
+const TRACE_UNREAD_MAPS: [&str; 14] = [
     maps::PROC_COUNTERS_BUFFERS[0],
     maps::PROC_COUNTERS_BUFFERS[1],
     maps::CONNECT_ERRORS_BUFFERS[0],
@@ -219,6 +227,7 @@ const TRACE_UNREAD_MAPS: [&str; 13] = [
     maps::CLOSED_LISTENERS,
     maps::TIME_WAIT_BY_NETNS,
     maps::OPEN_CONNECTIONS,
+    maps::QUEUED_ENDS,
 ];
 const TRACE_UNREAD_ENTRIES: u32 = 16;
 
@@ -265,6 +274,7 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
         open_connections_capacity: max_sockets,
         older_connections: Vec::new(),
         closed_listeners: take::<Queue<_, _>>(ebpf, maps::CLOSED_LISTENERS)?,
+        queued_ends: take::<Queue<_, _>>(ebpf, maps::QUEUED_ENDS)?,
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,
         exited: take::<AyaHashMap<_, _, _>>(ebpf, maps::EXITED)?,
         lost: take::<PerCpuArray<_, _>>(ebpf, maps::LOST)?,

@@ -56,6 +56,24 @@ pub fn host(proc_root: &Path) -> Option<u32> {
     inode(&proc_root.join("1/ns/net")).or_else(|| inode(Path::new("/proc/self/ns/net")))
 }
 
+/// `in_each_namespace`, given at most `limit`: None if it has not finished
+/// by then (a namespace path that blocks on open, a stalled /proc), the
+/// worker left behind where it hangs. For work the daemon's start waits on.
+pub fn in_each_namespace_within<T: Send + 'static>(
+    namespaces: BTreeMap<u32, PathBuf>,
+    limit: std::time::Duration,
+    f: impl Fn(u32) -> Option<T> + Send + 'static,
+) -> Option<Vec<T>> {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("observer-netns-start".into())
+        .spawn(move || {
+            let _ = done.send(in_each_namespace(namespaces, f));
+        })
+        .ok()?;
+    result.recv_timeout(limit).ok()
+}
+
 /// Run `f` inside each network namespace (by inode and a path that opens
 /// it), collecting what it returns. Runs on a fresh OS thread: setns
 /// changes the calling thread's namespace, which must never leak into the

@@ -24,6 +24,7 @@ use std::{
     io::Read as _,
     path::{Path, PathBuf},
     sync::Mutex,
+    time::Duration,
 };
 
 use aya::{
@@ -42,6 +43,11 @@ use crate::node::{netns, owners};
 
 /// The connections entered, per key: the ledger's opening balance.
 pub type Opening = Vec<(ConnectionKey, u64)>;
+
+/// How long each pass over the namespaces may take before the start goes
+/// on without it (a namespace that blocks on open must not keep the
+/// daemon from serving).
+const PASS_LIMIT: Duration = Duration::from_secs(5);
 
 const BPF_NOEXIST: u64 = 1;
 
@@ -81,7 +87,9 @@ fn try_enter(
         .map_err(|e| format!("{e}"))?;
     program.load("tcp", btf).map_err(|e| format!("loading the TCP socket iterator (bpf_iter_tcp, Linux 5.9+): {e}"))?;
 
-    let first = iterate(program, &namespaces)?;
+    let first = iterate(program, &namespaces)?.ok_or_else(|| {
+        format!("the network namespaces were not all read within {PASS_LIMIT:?} (a path under /proc that blocks?)")
+    })?;
     let inodes: HashSet<u32> = first
         .values()
         .flatten()
@@ -113,8 +121,15 @@ fn try_enter(
     // The second pass: an entry whose socket is no longer established.
     let program: &mut Iter =
         ebpf.program_mut(programs::OLDER_CONNECTIONS).ok_or("no iterator")?.try_into().map_err(|e| format!("{e}"))?;
-    let still: HashSet<u64> = iterate(program, &namespaces)?
-        .values()
+    // Not read in time: none is known to be still established, so every
+    // entry that can still be taken back is (exact, if fewer counted).
+    let second = iterate(program, &namespaces)?;
+    if second.is_none() {
+        warn!("the second pass over the network namespaces did not end within {PASS_LIMIT:?}: taking the entries back");
+    }
+    let still: HashSet<u64> = second
+        .iter()
+        .flat_map(HashMap::values)
         .flatten()
         .filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED)
         .map(|s| s.sk)
@@ -152,11 +167,12 @@ fn try_enter(
 }
 
 /// Run the iterator once in each namespace: its listeners and the
-/// established sockets no program follows, by namespace inode.
+/// established sockets no program follows, by namespace inode; None if
+/// that took longer than `PASS_LIMIT`.
 fn iterate(
     program: &mut Iter,
     namespaces: &BTreeMap<u32, PathBuf>,
-) -> Result<HashMap<u32, Vec<IteratedSocket>>, String> {
+) -> Result<Option<HashMap<u32, Vec<IteratedSocket>>>, String> {
     // A link per namespace, made here (the program stays on this thread);
     // each is turned into its reader inside its namespace, which fixes the
     // namespace the iterator walks (the reader's, at creation).
@@ -166,14 +182,14 @@ fn iterate(
         links.insert(inode, program.take_link(id).map_err(|e| format!("{e}"))?);
     }
     let links: Mutex<HashMap<u32, IterLink>> = Mutex::new(links);
-    let read = netns::in_each_namespace(namespaces.clone(), move |inode| {
+    let read = netns::in_each_namespace_within(namespaces.clone(), PASS_LIMIT, move |inode| {
         let link = links.lock().ok()?.remove(&inode)?;
         let mut file: File = link.into_file().ok()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
         Some((inode, parse(&bytes)))
     });
-    Ok(read.into_iter().collect())
+    Ok(read.map(|read| read.into_iter().collect()))
 }
 
 /// The iterator's records, one `IteratedSocket` after another.

@@ -14,10 +14,12 @@ use observer_testing::http::{sample, sample_sum};
 /// Pod churn: the unknown owner of each pod's old sockets (pid 0 in the
 /// pod's cgroup) has no process that could exit, so it takes a process
 /// slot until it has been idle for the grace period, as a removed pod's
-/// cgroup stays. With room for four processes (observer itself, which
+/// cgroup stays. With room for seven processes (observer itself, which
 /// accepts the scrapes, this test, which makes them, the pods' server, a
-/// listener owner, and one more), three pods one after the other each get
-/// their own series, exact, none folded into `other`.
+/// listener owner, the three pods' shells, which hold their connections
+/// at observer's start and live on to the end, and one more), three pods
+/// one after the other each get their own series, exact, none folded into
+/// `other`: only a retired unknown owner can make room for the next.
 #[test]
 fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
     let logs = std::env::temp_dir().join(format!("observer-pod-logs-churn-{}", std::process::id()));
@@ -32,10 +34,11 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
     // the scrapes below to find it on a slow machine (at 1 s the first
     // scrape sometimes came after it had ended).
     let daemon = start_daemon_with_env(
-        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "4", "--grace", "3s"],
+        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "7", "--grace", "3s"],
         &[("RUST_LOG", "observer=debug")],
     );
     let mut entered_before = 0;
+    let mut shells = Vec::new();
     for (mut pod, name) in pods.into_iter().zip(names) {
         pod.close_all(&ns);
         let entered = ns.time_wait_entered() - entered_before;
@@ -56,7 +59,7 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
         assert_eq!(other, 0, "nothing folded into other:\n{}", time_wait_lines(&body));
         // The pod is deleted; its unknown owner is retired a grace period
         // after its last count.
-        pod.remove();
+        shells.push(pod.remove());
         let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
             sample(b, "observer_tcp_time_wait_entries_total", &labels).is_none()
         });

@@ -57,11 +57,12 @@ impl Drop for Dirs {
 /// A pod (one container cgroup, systemd driver) whose shell opened
 /// `connections` to the server on port 7000 of `ns` and holds them until
 /// `close_all`, which closes them client-first (their TIME_WAIT entries are
-/// the pod's) and returns once the kernel counted them.
+/// the pod's) and returns once the kernel counted them. The shell lives on
+/// (a process slot observer keeps while it lives) until the pod is dropped.
 pub struct PodWithOldConnections {
     uid: String,
     id: String,
-    client: std::process::Child,
+    client: Option<std::process::Child>,
     cgroup: Dirs,
     connections: u64,
 }
@@ -86,7 +87,7 @@ impl PodWithOldConnections {
         let fds: Vec<usize> = (3..3 + connections).collect();
         let open = fds.iter().map(|fd| format!("exec {fd}<>/dev/tcp/127.0.0.1/7000")).collect::<Vec<_>>().join("; ");
         let close = fds.iter().map(|fd| format!("{fd}>&-")).collect::<Vec<_>>().join(" ");
-        let inner = format!("{open}; echo ready; read line; exec {close}");
+        let inner = format!("{open}; echo ready; read line; exec {close}; echo closed; read line");
         let script =
             format!("echo $$ > {}/cgroup.procs && exec ip netns exec {} bash -c '{inner}'", path.display(), ns.name);
         let mut client =
@@ -94,7 +95,7 @@ impl PodWithOldConnections {
         let mut ready = String::new();
         BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut ready).unwrap();
         assert_eq!(ready.trim(), "ready", "the pod's connections did not open");
-        Self { uid, id, client, cgroup, connections: connections as u64 }
+        Self { uid, id, client: Some(client), cgroup, connections: connections as u64 }
     }
 
     /// Close the connections and wait until `ns` (the pod's namespace)
@@ -102,9 +103,13 @@ impl PodWithOldConnections {
     /// shell ended), at most 10 s.
     pub fn close_all(&mut self, ns: &Netns) {
         use std::io::Write as _;
+        use std::io::{BufRead as _, BufReader};
         let before = ns.time_wait_entered();
-        writeln!(self.client.stdin.as_mut().unwrap()).unwrap();
-        assert!(self.client.wait().unwrap().success());
+        let client = self.client.as_mut().unwrap();
+        writeln!(client.stdin.as_mut().unwrap()).unwrap();
+        let mut closed = String::new();
+        BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut closed).unwrap();
+        assert_eq!(closed.trim(), "closed", "the pod's connections did not close");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while ns.time_wait_entered() < before + self.connections && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -123,9 +128,33 @@ impl PodWithOldConnections {
         ]
     }
 
-    /// The pod is deleted: its cgroup goes.
-    pub fn remove(self) {
-        drop(self.cgroup);
+    /// The pod is deleted: its cgroup goes. Its shell is moved out first
+    /// and lives on until the returned guard drops: its process slot stays
+    /// taken, so the only slot the pod can give back is its unknown owner's.
+    pub fn remove(mut self) -> LiveProcess {
+        let client = self.client.take().unwrap();
+        std::fs::write(cgroup2_root().join("cgroup.procs"), client.id().to_string()).unwrap();
+        LiveProcess(client)
+    }
+}
+
+impl Drop for PodWithOldConnections {
+    fn drop(&mut self) {
+        // Before the cgroup's directories (dropped after this): a cgroup
+        // with a process in it cannot be removed.
+        if let Some(client) = self.client.take() {
+            drop(LiveProcess(client));
+        }
+    }
+}
+
+/// A process killed (and reaped) when dropped.
+pub struct LiveProcess(std::process::Child);
+
+impl Drop for LiveProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

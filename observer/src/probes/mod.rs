@@ -83,11 +83,10 @@ impl Probes {
         max_sockets: u32,
         proc_root: &Path,
     ) -> Result<(Self, KernelMaps), Error> {
+        let btf = prepare(btf_path)?;
         // The trace ring buffer stays at its one page, never written.
-        let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, max_sockets, None)?;
+        let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, &btf, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
-        let btf = Btf::parse_file(btf_path, aya::Endianness::default())
-            .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
         maps.older_connections = older::enter(&mut probes._ebpf, &btf, &maps.listeners, proc_root);
         Ok((probes, maps))
     }
@@ -108,27 +107,26 @@ impl Probes {
         max_sockets: u32,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         let setup = TraceSetup { ring_bytes, kinds, hooks };
-        Self::load_object(mode, Path::new(offsets::VMLINUX_BTF), max_sockets, Some(setup))
+        let btf_path = Path::new(offsets::VMLINUX_BTF);
+        Self::load_object(mode, btf_path, &prepare(btf_path)?, max_sockets, Some(setup))
     }
 
+    /// `btf_path`'s BTF is read twice: by btf-rs for the offsets and
+    /// kernel facts, by aya (`btf`) for the attach points.
     fn load_object(
         mode: AttachMode,
         btf_path: &Path,
+        btf: &Btf,
         max_sockets: u32,
         trace: Option<TraceSetup>,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
-        privileges::check()?;
-        privileges::ensure_tracefs()?;
-        raise_memlock_rlimit();
         let kernel_btf = offsets::load_btf(btf_path)?;
         let kernel = stats::kernel_version();
         let facts = offsets::KernelFacts::read(&kernel_btf, kernel)?;
         let time_wait_counted_at_entry = offsets::time_wait_counted_at_entry(&kernel_btf);
-        let btf = Btf::parse_file(btf_path, aya::Endianness::default())
-            .map_err(|e| Error::Btf { path: btf_path.to_owned(), source: e.into() })?;
         let mut loader = EbpfLoader::new();
         loader
-            .btf(Some(&btf))
+            .btf(Some(btf))
             .override_global(maps::OFFSETS, &facts.offsets, true)
             .map_max_entries(maps::SOCK_OWNERS, max_sockets)
             .map_max_entries(maps::OPEN_CONNECTIONS, max_sockets);
@@ -157,7 +155,7 @@ impl Probes {
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
 
         let only = trace.as_ref().map(|t| &t.hooks[..]);
-        let mut attachments = hooks::attach_all(&mut ebpf, &btf, &facts, mode, only)?;
+        let mut attachments = hooks::attach_all(&mut ebpf, btf, &facts, mode, only)?;
         let programs = attachments
             .iter()
             .flat_map(|a| a.programs.iter().map(move |p| (a.hook, a.mode, *p)))
@@ -191,6 +189,21 @@ impl Probes {
             TraceMaps { events: take(&mut ebpf, maps::TRACE_EVENTS)?, dropped: take(&mut ebpf, maps::TRACE_DROPPED)? };
         Ok((Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry }, maps, trace))
     }
+}
+
+/// Privileges checked (the error names the capability), tracefs mounted,
+/// the memlock limit lifted; then the kernel's BTF at `path` as aya reads
+/// it (attach points, the iterator's target), parsed once per load: it
+/// takes seconds in a software-emulated VM.
+fn prepare(path: &Path) -> Result<Btf, Error> {
+    privileges::check()?;
+    privileges::ensure_tracefs()?;
+    raise_memlock_rlimit();
+    if !path.exists() {
+        return Err(Error::NoBtf { path: path.to_owned() });
+    }
+    Btf::parse_file(path, aya::Endianness::default())
+        .map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it so map

@@ -17,7 +17,11 @@ pub fn load_btf(path: &Path) -> Result<Btf, Error> {
     if !path.exists() {
         return Err(Error::NoBtf { path: path.to_owned() });
     }
-    Btf::from_file(path).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
+    // Read whole, then parsed from memory: btf-rs's file reader seeks for
+    // every type (~130k lseek calls for a vmlinux), which cost seconds per
+    // start in the matrix's software-emulated VMs.
+    let bytes = std::fs::read(path).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })?;
+    Btf::from_bytes(&bytes).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
 }
 
 pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {

@@ -104,7 +104,7 @@ pub const KERNEL_TESTS: &[&str] = &[
 /// second run would repeat the first under emulation (~1 min a kernel).
 const MODE_INDEPENDENT_TESTS: &[&str] = &["attach_modes"];
 
-fn vm_dir() -> PathBuf {
+pub fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")
 }
 
@@ -332,13 +332,67 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
     fs::write(&script, s)?;
     run_cmd(Command::new("chmod").arg("+x").arg(&script))?;
 
-    let venv_bin = setup::tools_dir().join("vm-venv/bin");
-    let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
     println!("vm: booting {} ({}) under virtme-ng, software emulation", kernel.version, kernel.series);
     let started = Instant::now();
-    // A guest that hangs must fail the run, not block it: bound it.
+    let (console, exit) = boot(kernel, &script, &out_dir, 1500)?;
+    fs::write(vm_dir().join(format!("console-{}.log", kernel.series)), &console)?;
+    let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
+    // The guest writes only the MATRIX lines and the excerpts of failed
+    // tests (panic messages with their diagnostics) there: all of it is
+    // the report.
+    let report: Vec<&str> = progress.lines().collect();
+    let ok =
+        exit == Some(0) && report.contains(&"MATRIX exit 0") && report.iter().any(|l| l.starts_with("MATRIX test"));
+    let mut summary = format!(
+        "== kernel {} ({}), {:.0?}: {}\n{}\n",
+        kernel.version,
+        kernel.series,
+        started.elapsed(),
+        if ok { "PASS" } else { "FAIL" },
+        report.join("\n")
+    );
+    if !report.iter().any(|l| l.starts_with("MATRIX exit")) {
+        // The guest died or hung mid-test (a panic, an OOM, the timeout):
+        // CI keeps only what is printed, so print why.
+        summary.push_str(&ended_early(exit, &console, &out_dir));
+    }
+    Ok((summary, ok))
+}
+
+/// What a guest that never reached its script's end left behind: its exit
+/// code, the console's last lines and those of the test log written last.
+fn ended_early(exit: Option<i32>, console: &str, out_dir: &Path) -> String {
+    let tail = |text: &str, n: usize| {
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    };
+    let mut s = format!(
+        "MATRIX ended-early: the guest script stopped before its end (exit code {exit:?}); the console's last lines:\n{}\n",
+        tail(console, 40)
+    );
+    let newest_log = fs::read_dir(out_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name() != "progress.log")
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    if let Some((_, log)) = newest_log {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        s.push_str(&format!("MATRIX ended-early: the last lines of {}:\n{}\n", log.display(), tail(&text, 30)));
+    }
+    s
+}
+
+/// Boot `kernel` under virtme-ng, run `script` in it with `rw_dir` shared
+/// read-write, and return the console and the script's exit code. A guest
+/// that hangs is killed after `timeout_secs`: it fails the run rather than
+/// blocking it.
+pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) -> Result<(String, Option<i32>)> {
+    let venv_bin = setup::tools_dir().join("vm-venv/bin");
+    let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new("timeout")
-        .args(["--kill-after=30", "1500"])
+        .args(["--kill-after=30", &timeout_secs.to_string()])
         .arg(venv_bin.join("vng"))
         .stdin(std::process::Stdio::null())
         .env("PATH", path)
@@ -347,32 +401,16 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
         .arg(&kernel.vmlinuz)
         // Nested KVM hangs on these hosts; TCG boots in ~10-40 s.
         .args(["--disable-kvm", "--force-9p", "--verbose", "--memory", "2G", "--cpus", "2", "--rwdir"])
-        .arg(&out_dir)
+        .arg(rw_dir)
         .arg("--exec")
-        .arg(&script)
+        .arg(script)
         .output()?;
     let console = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    fs::write(vm_dir().join(format!("console-{}.log", kernel.series)), &console)?;
-    let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
-    // The guest writes only the MATRIX lines and the excerpts of failed
-    // tests (panic messages with their diagnostics) there: all of it is
-    // the report.
-    let report: Vec<&str> = progress.lines().collect();
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.
     let exit = console
         .lines()
         .find_map(|l| l.split("script exited with code ").nth(1))
         .and_then(|c| c.trim().parse::<i32>().ok());
-    let ok =
-        exit == Some(0) && report.contains(&"MATRIX exit 0") && report.iter().any(|l| l.starts_with("MATRIX test"));
-    let summary = format!(
-        "== kernel {} ({}), {:.0?}: {}\n{}\n",
-        kernel.version,
-        kernel.series,
-        started.elapsed(),
-        if ok { "PASS" } else { "FAIL" },
-        report.join("\n")
-    );
-    Ok((summary, ok))
+    Ok((console, exit))
 }

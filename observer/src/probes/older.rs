@@ -79,6 +79,7 @@ fn try_enter(
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
     proc_root: &Path,
 ) -> Result<Opening, String> {
+    let started = std::time::Instant::now();
     let namespaces = netns::all(proc_root);
     let program: &mut Iter = ebpf
         .program_mut(programs::OLDER_CONNECTIONS)
@@ -153,6 +154,7 @@ fn try_enter(
     info!(
         connections = total,
         namespaces = namespaces.len(),
+        took_ms = started.elapsed().as_millis() as u64,
         "counted open the connections established before observer started (their ends count as they come; \
          their lifetimes are unknown)"
     );

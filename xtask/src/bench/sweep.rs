@@ -44,6 +44,9 @@ pub struct SweepPoint {
     pub round_ms: f64,
     /// CPU (user + system) of one `observer doctor` run, each run.
     pub doctor_ms: Vec<f64>,
+    /// Wall time of a daemon's start-up pass over the connections older
+    /// than it (observer-ebpf's older.rs), among these sockets.
+    pub startup_ms: f64,
 }
 
 impl SweepPoint {
@@ -149,9 +152,23 @@ fn point(observer: &Path, churn: &str, pods: usize, sockets: u64) -> Result<Swee
         ensure!(out.status.code().is_some_and(|c| c < 3), "doctor: {}", String::from_utf8_lossy(&out.stderr));
         doctor_ms.push((children_cpu_seconds() - before) * 1000.0);
     }
+    let startup_ms = startup_pass_ms(observer)?;
     let _ = server.kill();
     let _ = server.wait();
-    Ok(SweepPoint { pods, sockets: counted, round_ms, doctor_ms })
+    Ok(SweepPoint { pods, sockets: counted, round_ms, doctor_ms, startup_ms })
+}
+
+/// A daemon started among these sockets: how long its start-up pass over
+/// the connections older than it took (both passes of the TCP socket
+/// iterator over every namespace, as its log says).
+fn startup_pass_ms(observer: &Path) -> Result<f64> {
+    let running = start(Tracer::Observer, observer, "1s")?.context("observer")?;
+    drop(running);
+    let log = std::fs::read_to_string(super::bench_dir()?.join("observer.log"))?;
+    log.lines()
+        .filter(|l| l.contains("established before observer started"))
+        .find_map(|l| super::field(l, "took_ms")?.parse().ok())
+        .with_context(|| format!("the daemon's log has no start-up pass:\n{log}"))
 }
 
 /// `observer-churn serve` in `ns`, once it listens.

@@ -414,3 +414,24 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         .and_then(|c| c.trim().parse::<i32>().ok());
     Ok((console, exit))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_that_stopped_early_says_why_with_its_console_and_last_test_log() {
+        let dir = std::env::temp_dir().join(format!("xtask-ended-early-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("progress.log"), "MATRIX mode=auto\n").unwrap();
+        fs::write(dir.join("connections-kprobe.log"), "running 7 tests\ntest a ... ok\n").unwrap();
+        let console: String =
+            (1..=100).map(|i| format!("line {i}\n")).collect::<String>() + "Kernel panic - not syncing\n";
+        let said = ended_early(None, &console, &dir);
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(said.contains("exit code None"), "{said}");
+        assert!(said.contains("Kernel panic - not syncing") && said.contains("line 62") && !said.contains("line 61\n"));
+        assert!(said.contains("connections-kprobe.log") && said.contains("test a ... ok"), "{said}");
+        assert!(!said.contains("MATRIX mode=auto"), "progress.log is already in the report: {said}");
+    }
+}

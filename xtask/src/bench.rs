@@ -268,6 +268,24 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    `connect_exit`, `accept4_exit`) cost about what the fentry/fexit and
    kprobe pairs that replace them do. A per-cycle figure free of emulation
    needs a KVM host (nested KVM hangs here).
+13. **2026-12-03, the start-up pass measured (`--sweep-only`)**: a new
+   daemon's pass over the connections older than it (the TCP socket
+   iterator, twice in every namespace) took 118 ms at 0 pod namespaces
+   and ~99k sockets, 700 ms at 25, 2.19 s at 110; at 110 namespaces
+   0.70 s with 10k sockets and 4.59 s with 299k. It grows with
+   namespaces x sockets, as the issue warned: every namespace's iterator
+   walks the node-wide established hash. Each pass is given 5 s
+   (`PASS_LIMIT`), so a big node near 300k sockets is close to a start
+   that enters nothing (logged). To do: walk each socket once, not
+   once per namespace (e.g. screen namespaces by their sockstat first,
+   or key the pass by the socket's own namespace from a single walk, if
+   the kernel's iterator allows it: to be checked in
+   `net/ipv4/tcp_ipv4.c`). The same run read the daemon's CPU per round
+   at 44, 55, 74 ms (0, 25, 110 namespaces, ~99k sockets; 41 ms at
+   10k, 150 ms at 299k) and doctor's at 58, 78, 107 ms: above run 7's
+   24-38 ms and the 40 ms goal; the rounds have grown since (the
+   connection ledger, lifetimes and handshakes of issue 19 came after
+   run 7), not yet profiled.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -84,7 +84,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
         written.unpacked_size as f64 / 1048576.0,
         sbom_path.display()
     );
-    if which("podman") {
+    if crate::which("podman").is_some() {
         run_cmd(Command::new("podman").arg("load").arg("-i").arg(&archive))
             .context("podman could not load the image (the archive is still there)")?;
     } else {
@@ -183,11 +183,6 @@ fn source_date_epoch() -> Result<u64> {
         Ok(t) if out.status.success() => Ok(t),
         _ => bail!("no commit time (git log): set SOURCE_DATE_EPOCH"),
     }
-}
-
-fn which(program: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|d| d.join(program).exists())
 }
 
 /// RFC 3339 UTC of seconds since the epoch.

@@ -60,6 +60,12 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where `program` is on the PATH, if it is.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.exists())
+}
+
 /// Run a command, failing with its name if it does not succeed.
 pub fn run_cmd(cmd: &mut std::process::Command) -> anyhow::Result<()> {
     use anyhow::Context as _;

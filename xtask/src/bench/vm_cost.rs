@@ -56,7 +56,7 @@ impl ModeCost {
 
 /// Boot every VM kernel and measure each mode there; the report's section.
 pub fn measure(observer: &Path, churn: &Path, connections: u64) -> Result<String> {
-    let bpftool = which("bpftool")?;
+    let bpftool = crate::which("bpftool").context("bpftool is not installed")?;
     let mut md = format!(
         "Program cost per connection cycle in the VM kernels (`cargo xtask bench --vm-cost-only`): observer's BPF run \
          time (kernel.bpf_stats_enabled=1) over a churn run, per cycle, in each attach mode. Software emulation \
@@ -106,7 +106,7 @@ fn measure_kernel(
     kernel: &vm::Kernel,
     observer: &Path,
     churn: &Path,
-    bpftool: &str,
+    bpftool: &Path,
     connections: u64,
 ) -> Result<Vec<ModeCost>> {
     let out = vm::vm_dir().join(format!("cost-{}", kernel.series));
@@ -132,6 +132,7 @@ fn measure_kernel(
              kill -INT $p; wait $p\n",
             obs = observer.display(),
             churn = churn.display(),
+            bpftool = bpftool.display(),
         ));
     }
     s.push_str("echo done\n");
@@ -153,7 +154,11 @@ fn read_run(out: &Path, mode: &'static str, run: &str) -> Result<ModeCost> {
     let (before, after) = (programs(&format!("before-{run}.json"))?, programs(&format!("after-{run}.json"))?);
     let said = read(&format!("churn-{run}.txt"))?;
     let cycles = field(&said, "cycles").and_then(|c| c.parse().ok()).with_context(|| format!("churn said: {said}"))?;
-    let attached = read(&format!("observer-{run}.log"))?
+    let log = read(&format!("observer-{run}.log"))?;
+    // A daemon that never served measured nothing: its zero must not pass
+    // for a cheap mode.
+    anyhow::ensure!(log.contains("serving"), "observer did not start in {run}: {}", out.display());
+    let attached = log
         .lines()
         .filter(|l| l.contains(" attached "))
         .filter_map(|l| {
@@ -164,11 +169,4 @@ fn read_run(out: &Path, mode: &'static str, run: &str) -> Result<ModeCost> {
         .collect();
     let programs = after.observer_since(&before);
     Ok(ModeCost { mode, attached, cycles, programs })
-}
-
-fn which(program: &str) -> Result<String> {
-    let out = std::process::Command::new("sh").args(["-c", &format!("command -v {program}")]).output()?;
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    anyhow::ensure!(!path.is_empty(), "{program} is not installed");
-    Ok(path)
 }

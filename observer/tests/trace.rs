@@ -283,6 +283,30 @@ fn ss_local_ports(ns: &Netns, state: &str) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
+/// How many of the `closed` client ends toward `port` the kernel made
+/// timewait sockets of (`ss -o` shows `timer:(timewait`), read once none
+/// is left in FIN-WAIT-1. Not all of them, when the server holds its end:
+/// an orphan whose peer's ACK comes while its closer still owns the socket
+/// stays a full FIN-WAIT-2 socket on its keepalive timer and is reset 60 s
+/// later without entering TIME_WAIT (`tcp_rcv_state_process`'s "bad
+/// case"): 1 of 900 in a CI run, which a test taking `closed` as the
+/// count then waited for in vain.
+fn client_ends_in_time_wait(ns: &Netns, port: u16, closed: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = observer_testing::netns::run(ns.command("ss").args(["-Htano", &format!("dport = :{port}")]));
+        let timewait = out.lines().filter(|l| l.contains("timer:(timewait")).count() as u64;
+        let full_fin_wait2 =
+            out.lines().filter(|l| l.starts_with("FIN-WAIT-2") && !l.contains("timer:(timewait")).count() as u64;
+        if timewait + full_fin_wait2 == closed {
+            assert!(full_fin_wait2 * 100 <= closed, "most ends should enter TIME_WAIT:\n{out}");
+            return timewait;
+        }
+        assert!(Instant::now() < deadline, "{closed} ends closed toward :{port}, not all past FIN-WAIT-1:\n{out}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn ports(events: &[&Value], field: &str) -> std::collections::BTreeSet<u64> {
     events
         .iter()
@@ -444,18 +468,19 @@ fn a_full_socket_owner_map_is_counted_and_every_event_still_appears() {
         std::thread::sleep(Duration::from_millis(50));
     }
     client.close();
+    let entered = client_ends_in_time_wait(&ns, 8080, HELD);
     let to_server = |t: &Trace| -> Vec<Value> {
         t.events_of("time_wait").into_iter().filter(|e| e["destination"] == "127.0.0.1:8080").collect()
     };
-    trace.wait_for("every TIME_WAIT entry", |t| to_server(t).len() as u64 >= HELD);
+    trace.wait_for("every TIME_WAIT entry", |t| to_server(t).len() as u64 >= entered);
     // The evictions are read once more at Ctrl-C, a quiet moment.
     let trace = trace.stop();
 
     let time_waits = to_server(&trace);
     let own = of_pid(&time_waits, client_pid).len() as u64;
     let unknown: Vec<&Value> = of_pid(&time_waits, 0);
-    assert_eq!(time_waits.len() as u64, HELD, "once each");
-    assert_eq!(own + unknown.len() as u64, HELD, "the client's or, evicted, pid 0's");
+    assert_eq!(time_waits.len() as u64, entered, "once each");
+    assert_eq!(own + unknown.len() as u64, entered, "the client's or, evicted, pid 0's");
     assert!(unknown.iter().all(|e| e["executable"] == "unknown"), "{unknown:?}");
     let lines = trace.lines.lock().unwrap().clone();
     let evicted: u64 = lines.iter().filter(|v| v["map"] == "SOCK_OWNERS").map(|v| v["evicted"].as_u64().unwrap()).sum();

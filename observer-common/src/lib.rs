@@ -33,6 +33,8 @@ pub mod tcp_state {
     pub const LAST_ACK: i32 = 9;
     pub const LISTEN: i32 = 10;
     pub const CLOSING: i32 = 11;
+    /// A request minisocket (SYN received, no full socket yet).
+    pub const NEW_SYN_RECV: i32 = 12;
 }
 
 /// The process an event is charged to: the thread group, the cgroup v2 it
@@ -277,10 +279,12 @@ impl QueuedEnd {
     pub const OLDER: u32 = u32::MAX;
 }
 
-/// One TCP socket as the start-up iterator (`iter/tcp`, run in each
-/// network namespace) saw it: the listeners, to tell inbound connections
-/// from outbound, and the established connections that the programs did
-/// not follow (no `OPEN_CONNECTIONS` entry: older than observer).
+/// One full TCP socket (any state but the timewait and request
+/// minisockets) as the start-up iterator (`iter/tcp`, run in each network
+/// namespace) saw it: the listeners, to tell inbound connections from
+/// outbound; the established connections that the programs did not follow
+/// (no `OPEN_CONNECTIONS` entry: older than observer); and every socket a
+/// process may hold, whose owner `SOCK_OWNERS` needs for its TIME_WAIT.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IteratedSocket {
@@ -296,8 +300,12 @@ pub struct IteratedSocket {
     pub family: u16,
     pub local_port: u16,
     pub remote_port: u16,
-    /// `tcp_state::ESTABLISHED` or `LISTEN`.
+    /// Its `tcp_state`.
     pub state: u16,
+    /// 1: established and followed by the programs (an `OPEN_CONNECTIONS`
+    /// entry of theirs): not older than observer.
+    pub followed: u16,
+    pub _pad: [u16; 3],
 }
 
 /// Which fallbacks the loader chose; written by userspace into the `CONFIG`
@@ -506,7 +514,7 @@ const _: () = {
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
     assert!(size_of::<ConnectionCounts>() == 328);
-    assert!(size_of::<IteratedSocket>() == 48);
+    assert!(size_of::<IteratedSocket>() == 56);
     assert!(size_of::<QueuedEnd>() == 72);
     assert!(size_of::<OpenConnection>() == 80);
     assert!(size_of::<RecentlyCounted>() == 40);

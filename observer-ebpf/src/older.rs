@@ -1,13 +1,15 @@
-//! The connections established before observer started, which no state
-//! change of ours saw begin: a BPF iterator over a network namespace's TCP
-//! sockets (`iter/tcp`, run by userspace in each namespace at start, after
-//! the other programs are attached) writes out its listeners and each
-//! established socket no program follows (no `OPEN_CONNECTIONS` entry, or
-//! one userspace entered), with the
-//! `struct sock *` that keys that map. Userspace enters them there
-//! (`OpenConnection::OLDER`), so their ends count like any other, and
-//! counts them open. Only an iterator gives the socket's address: sock_diag
-//! and /proc/net/tcp do not.
+//! The sockets older than observer, which no state change of ours saw
+//! begin: a BPF iterator over a network namespace's TCP sockets
+//! (`iter/tcp`, run by userspace in each namespace at start, after the
+//! other programs are attached) writes out every full socket (not the
+//! timewait and request minisockets), with the `struct sock *` that keys
+//! `OPEN_CONNECTIONS` and `SOCK_OWNERS`, and whether a program follows it
+//! as an established connection. Userspace enters the established ones no
+//! program follows in `OPEN_CONNECTIONS` (`OpenConnection::OLDER`), so
+//! their ends count like any other, and counts them open; and enters the
+//! holder of each socket a process holds in `SOCK_OWNERS`, so its TIME_WAIT
+//! entry names that process. Only an iterator gives the socket's address:
+//! sock_diag and /proc/net/tcp do not.
 use aya_ebpf::helpers::bpf_seq_write;
 use observer_common::{IteratedSocket, OpenConnection, tcp_state::*};
 
@@ -30,17 +32,13 @@ pub extern "C" fn older_connections(ctx: *const u64) -> i32 {
         return 0;
     }
     let state = sock_tcp_state(sk);
-    if state != ESTABLISHED && state != LISTEN {
+    if state == TIME_WAIT || state == NEW_SYN_RECV {
         return 0;
     }
     // Followed by the programs: not older. Entered by userspace (its second
-    // pass asks which of those are still established): listed again.
-    if state == ESTABLISHED
-        && let Some(entry) = unsafe { OPEN_CONNECTIONS.get(&sk) }
-        && entry.handshaking != OpenConnection::OLDER
-    {
-        return 0;
-    }
+    // pass asks which of those are still established): not followed.
+    let followed = state == ESTABLISHED
+        && unsafe { OPEN_CONNECTIONS.get(&sk) }.is_some_and(|entry| entry.handshaking != OpenConnection::OLDER);
     let family = sock_family(sk);
     let mut record = IteratedSocket {
         sk,
@@ -49,9 +47,10 @@ pub extern "C" fn older_connections(ctx: *const u64) -> i32 {
         family,
         local_port: sock_local_port(sk),
         state: state as u16,
+        followed: followed as u16,
         ..IteratedSocket::default()
     };
-    if state == ESTABLISHED {
+    if state != LISTEN {
         read_destination_into(sk, family, &mut record.remote_addr);
         record.remote_port = sock_remote_port(sk);
     }

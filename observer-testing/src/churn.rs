@@ -31,6 +31,14 @@ impl Server {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// A server started with `--hold --close-on-input`: close the `n`
+    /// connections it has held longest.
+    pub fn close_oldest(&mut self, n: u64) {
+        use std::io::Write as _;
+        let stdin = self.child.stdin.as_mut().expect("the server's standard input");
+        writeln!(stdin, "{n}").expect("the server takes no more input (ended?)");
+    }
 }
 
 impl Drop for Server {

@@ -120,6 +120,25 @@ impl Netns {
         alive + self.nstat_all(&["TcpExtTW", "TcpExtTWKilled"]).iter().sum::<u64>()
     }
 
+    /// The sockets here matching `filter` (an `ss` filter expression)
+    /// that closed into timewait sockets (`ss -o` shows their timer as
+    /// `timewait`, in TIME-WAIT or, the peer not done, FIN-WAIT-2), and
+    /// those left full FIN-WAIT-2 sockets. The second are orphans whose
+    /// FIN-WAIT-2 outlasts TIME_WAIT's 60 s (`tcp_fin_timeout` above it),
+    /// or whose peer's ACK came while their closer still owned the socket
+    /// (`tcp_rcv_state_process`'s "bad case": reset 60 s later, never in
+    /// TIME_WAIT). Also whether any is still in FIN-WAIT-1.
+    pub fn closed_ends(&self, filter: &str) -> ClosedEnds {
+        let out = run(self.command("ss").args(["-Htano", filter]));
+        let timewait = |l: &&str| l.contains("timer:(timewait");
+        ClosedEnds {
+            timewait: out.lines().filter(timewait).count() as u64,
+            full_fin_wait2: out.lines().filter(|l| l.starts_with("FIN-WAIT-2") && !timewait(l)).count() as u64,
+            fin_wait1: out.lines().filter(|l| l.starts_with("FIN-WAIT-1")).count() as u64,
+            ss: out,
+        }
+    }
+
     /// Sockets in TIME_WAIT now (`ss`).
     pub fn in_time_wait(&self) -> u64 {
         run(self.command("ss").args(["-Htan", "state", "time-wait"])).lines().count() as u64
@@ -174,7 +193,8 @@ impl Netns {
     }
 
     fn start_server(&self, cmd: &mut Command) -> Server {
-        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
+        // Standard input for `Server::close_oldest`: the others never read it.
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn server");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "server did not start");
@@ -234,6 +254,16 @@ impl Netns {
             .filter(|l| owner.as_ref().is_none_or(|o| l.contains(o.as_str())))
             .count() as u64
     }
+}
+
+/// What became of the ends closed first (`Netns::closed_ends`).
+#[derive(Debug)]
+pub struct ClosedEnds {
+    pub timewait: u64,
+    pub full_fin_wait2: u64,
+    pub fin_wait1: u64,
+    /// What `ss` listed, for failure messages.
+    pub ss: String,
 }
 
 /// A client holding its connections open (`Netns::client_holding`).

@@ -16,7 +16,8 @@ use std::{
 use common::{
     daemon::{scrape_until, start_daemon},
     pods::{
-        Dirs, PodWithOldConnections, cgroup2_root, namespace_with_server, systemd_containerd_scope, time_wait_lines,
+        Dirs, PodWithOldConnections, cgroup2_root, namespace_with_holding_server, namespace_with_server,
+        systemd_containerd_scope, time_wait_lines, wait_for_time_wait_entries,
     },
 };
 use observer_testing::{Netns, Server, churn, http::sample};
@@ -121,13 +122,14 @@ fn lines_of(body: &str, pid: u32) -> String {
     body.lines().filter(|l| l.contains(&format!("process_pid=\"{pid}\""))).collect::<Vec<_>>().join("\n")
 }
 
-/// Sockets opened in a pod before observer started have no known owner
-/// process: their TIME_WAIT entries (in softirq, when the peer's FIN
-/// arrives) are charged to pid 0 "unknown", but in the socket's own cgroup,
-/// so the series still name the pod. Ground truth: the namespace's
-/// TIME_WAIT entries (TcpExtTW + TcpExtTWKilled).
+/// Sockets a pod's shell opened before observer started and closes after:
+/// observer enters their holder at start (the socket iterator and /proc),
+/// so their TIME_WAIT entries (in softirq, when the server's FIN arrives)
+/// name the shell and its pod, as if observer had seen the connect()s, and
+/// none is charged to pid 0. Ground truth: the namespace's TIME_WAIT
+/// entries (TcpExtTW + TcpExtTWKilled).
 #[test]
-fn time_wait_of_sockets_older_than_observer_names_their_pod() {
+fn time_wait_of_sockets_older_than_observer_names_their_holder_and_pod() {
     let logs = std::env::temp_dir().join(format!("observer-pod-logs-old-{}", std::process::id()));
     let mut log_dirs = Dirs(Vec::new());
     let (ns, _server) = namespace_with_server();
@@ -136,10 +138,45 @@ fn time_wait_of_sockets_older_than_observer_names_their_pod() {
     let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
     pod.close_all(&ns);
 
-    let labels = pod.unknown_owner("legacy-client-0");
+    let labels = pod.holder("legacy-client-0");
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let entered = ns.time_wait_entered();
     assert_eq!(entered, 3, "three client-first closes, three TIME_WAIT entries:\n{}", ns.ss_all());
+    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
+        sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
+    });
+    assert_eq!(
+        sample(&body, "observer_tcp_time_wait_entries_total", &labels),
+        Some(entered),
+        "{}",
+        time_wait_lines(&body)
+    );
+    let unknown = pod.unknown_owner("legacy-client-0");
+    let unknown: Vec<&str> = unknown.iter().map(String::as_str).collect();
+    assert_eq!(sample(&body, "observer_tcp_time_wait_entries_total", &unknown), None, "{}", time_wait_lines(&body));
+}
+
+/// Sockets of a pod that no process holds any more at observer's start
+/// (orphans: the shell closed them, the server still holds its ends) have
+/// no owner to find: their TIME_WAIT entries, when the server closes, are
+/// charged to pid 0 "unknown", but in the socket's own cgroup, so the
+/// series still name the pod.
+#[test]
+fn time_wait_of_orphans_older_than_observer_names_their_pod() {
+    let logs = std::env::temp_dir().join(format!("observer-pod-logs-orphans-{}", std::process::id()));
+    let mut log_dirs = Dirs(Vec::new());
+    let (ns, mut server) = namespace_with_holding_server();
+    let mut pod = PodWithOldConnections::open("legacy-client-1", &mut log_dirs, &logs, &ns, 3);
+    pod.orphan_all(&ns);
+
+    let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
+    server.close_oldest(3);
+    wait_for_time_wait_entries(&ns, 3);
+
+    let labels = pod.unknown_owner("legacy-client-1");
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let entered = ns.time_wait_entered();
+    assert_eq!(entered, 3, "three orphans, three TIME_WAIT entries:\n{}", ns.ss_all());
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
         sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
     });

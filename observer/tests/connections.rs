@@ -122,8 +122,9 @@ fn lifetimes_land_in_the_bucket_of_the_time_held() {
 /// while a third process opens and closes connections throughout the
 /// start, the old pool's outbound gauge and the listener's inbound one
 /// equal what `ss` shows beside ten new connections. Once the pool closes,
-/// its ends take it out again (ended, with no lifetime), and what the
-/// ledger holds for the namespace is exactly what `ss` lists established.
+/// its ends take it out again (ended, with no lifetime), their TIME_WAIT
+/// entries name the pool's process, and what the ledger holds for the
+/// namespace is exactly what `ss` lists established.
 #[test]
 fn connections_older_than_observer_count_open_and_their_ends_close_them() {
     const OLD: u64 = 50;
@@ -166,6 +167,12 @@ fn connections_older_than_observer_count_open_and_their_ends_close_them() {
     assert_eq!(obs.open_connections(server.pid(), INBOUND, PORT), ns.established(&sport, Some(server.pid())));
     let ended = obs.connection_counts(old_pid, OUTBOUND, PORT);
     assert_eq!((ended.established, ended.closed_older, ended.closed.iter().sum::<u64>()), (0, OLD, 0));
+    // The pool closed first (the server holds its ends): the ends the
+    // kernel made timewait sockets of are charged to the pool's process,
+    // whose owner of each socket observer entered at start, none to pid 0.
+    let ends = ns.closed_ends(&dport);
+    assert_eq!(ends.timewait + ends.full_fin_wait2, OLD, "{}", ends.ss);
+    assert_eq!(obs.process(old_pid).time_wait_entries, ends.timewait, "{}", ends.ss);
     // Nothing left over from the start (an entry of a socket that ended
     // while observer entered it would stay open for ever).
     let netns = observer::node::netns::inode(&ns.path()).unwrap();

@@ -1,10 +1,11 @@
 //! Self-telemetry of the kernel maps: an LRU map that overflows says so,
 //! and so does the map of connections followed.
-//! Alone in its test binary, so the host's TCP traffic during the test is
-//! this test's own (test binaries run one after another).
+//! Alone in their test binary, so the host's TCP traffic during a test is
+//! its own (test binaries run one after another; the tests here one at a
+//! time).
 mod common;
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use common::daemon::{scrape_until, start_daemon};
 use observer_testing::{
@@ -26,10 +27,13 @@ fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
 /// sized 1024 by --max-sockets. At least 4001 - 1024 were evicted, and no
 /// more than were ever inserted; the maps that did not overflow (every
 /// connect's in-flight entries come and go) report none.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 #[test]
 fn an_overflowing_socket_owner_map_reports_its_evictions() {
     const HELD: u64 = 2000;
     const CAPACITY: u64 = 1024;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let daemon = start_daemon(&["--max-sockets", &CAPACITY.to_string()]);
     // The host's connections older than the daemon, which it entered in
     // OPEN_CONNECTIONS at start (none on a quiet host): their entries are
@@ -109,6 +113,55 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
         assert!(capacity == Some(size.into()) && entries.is_some(), "{map}: {body}");
         assert_eq!(evicted, None, "{map} is not an LRU map: {body}");
     }
+}
+
+/// 600 connections held before the daemon starts (1,201 sockets a process
+/// holds, the listener's included) and room for 1,024 owners: the owners
+/// entered at start take at most half the map, and the log says how many
+/// were left out and what to raise. 400 more connections then overflow
+/// the map: the evictions count the entries entered at start like the
+/// programs' own (at least 512 + 801 - 1,024; left out of the count of
+/// entries created, they would make the evictions look fewer).
+#[test]
+fn owners_entered_at_start_take_half_the_map_and_count_in_its_evictions() {
+    const OLD: u64 = 600;
+    const NEW: u64 = 400;
+    const CAPACITY: u64 = 1024;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
+    let _server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
+    let old = ns.client_holding(&["--to", "127.0.0.1:8080", "--count", &OLD.to_string()]);
+    assert_eq!(old.report.connected, OLD, "{:?}", old.report);
+    let daemon = start_daemon(&["--max-sockets", &CAPACITY.to_string()]);
+    let body = scrape_until(&daemon, Duration::from_secs(20), |b| lru_fill(b, "SOCK_OWNERS").0.is_some());
+    let (entries, _, evicted) = lru_fill(&body, "SOCK_OWNERS");
+    let room = CAPACITY / 2;
+    // The entered ones (less any whose socket ended since, the host's) and
+    // the few the scrapes' own sockets add.
+    assert!(entries.is_some_and(|n| (room - 20..room + 50).contains(&n)), "entries {entries:?}: {body}");
+    assert_eq!(evicted, Some(0), "{body}");
+    let log = daemon.log();
+    let said = log.lines().find(|l| l.contains("SOCK_OWNERS has no room")).unwrap_or_else(|| panic!("{log}"));
+    let left_out: u64 = said
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("left_out=")?.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {said}"));
+    // Every socket the host's processes hold competes for the same room.
+    assert!(left_out >= 2 * OLD + 1 - room, "{said}");
+    assert!(said.contains("raise --max-sockets"), "{said}");
+
+    let new = ns.client_holding(&["--to", "127.0.0.1:8080", "--count", &NEW.to_string()]);
+    assert_eq!(new.report.connected, NEW, "{:?}", new.report);
+    let least = room + 2 * NEW + 1 - CAPACITY;
+    let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
+        lru_fill(b, "SOCK_OWNERS").2.is_some_and(|evicted| evicted >= least)
+    });
+    // No more than were ever entered (the kernel's LRU evicts in batches,
+    // so often more than the fewest possible), with slack for the host's.
+    let most = room + 2 * NEW + 1 + 200;
+    let evicted = lru_fill(&body, "SOCK_OWNERS").2.unwrap();
+    assert!((least..=most).contains(&evicted), "evicted {evicted}, expected {least}..={most}: {body}");
 }
 
 /// An out-of-range size is refused before anything loads, naming the flag.

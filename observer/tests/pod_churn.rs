@@ -7,40 +7,45 @@ use std::time::Duration;
 
 use common::{
     daemon::{scrape_until, start_daemon_with_env},
-    pods::{Dirs, PodWithOldConnections, namespace_with_server, time_wait_lines},
+    pods::{Dirs, PodWithOldConnections, namespace_with_holding_server, time_wait_lines, wait_for_time_wait_entries},
 };
 use observer_testing::http::{sample, sample_sum};
 
 /// Pod churn: the unknown owner of each pod's old sockets (pid 0 in the
-/// pod's cgroup) has no process that could exit, so it takes a process
-/// slot until it has been idle for the grace period, as a removed pod's
-/// cgroup stays. With room for seven processes (observer itself, which
-/// accepts the scrapes, this test, which makes them, the pods' server, a
-/// listener owner, the three pods' shells, which hold their connections
-/// at observer's start and live on to the end, and one more), three pods
-/// one after the other each get their own series, exact, none folded into
-/// `other`: only a retired unknown owner can make room for the next.
+/// pod's cgroup: orphans that no process held at observer's start) has no
+/// process that could exit, so it takes a process slot until it has been
+/// idle for the grace period, as a removed pod's cgroup stays. With room
+/// for four processes (observer itself, which accepts the scrapes, this
+/// test, which makes them, one unknown owner and one more; the pods'
+/// shells and their server have nothing to count), three pods one after
+/// the other each get their own series, exact, none folded into `other`:
+/// only a retired unknown owner can make room for the next.
 #[test]
 fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
+    const SLOTS: &str = "4";
     let logs = std::env::temp_dir().join(format!("observer-pod-logs-churn-{}", std::process::id()));
     let mut log_dirs = Dirs(Vec::new());
     let names = ["churn-a-0", "churn-b-0", "churn-c-0"];
-    // One namespace and server for all (a server per pod would be a
-    // listener owner per pod, each taking a process slot).
-    let (ns, _server) = namespace_with_server();
-    let pods: Vec<PodWithOldConnections> =
+    // One namespace and server for all, which closes each pod's
+    // connections in turn (they were opened in that order).
+    let (ns, mut server) = namespace_with_holding_server();
+    let mut pods: Vec<PodWithOldConnections> =
         names.iter().map(|name| PodWithOldConnections::open(name, &mut log_dirs, &logs, &ns, 2)).collect();
+    for pod in &mut pods {
+        pod.orphan_all(&ns);
+    }
     // The pod's series lives --grace after its last count: long enough for
     // the scrapes below to find it on a slow machine (at 1 s the first
     // scrape sometimes came after it had ended).
     let daemon = start_daemon_with_env(
-        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", "7", "--grace", "3s"],
+        &["--pod-logs", logs.to_str().unwrap(), "--max-processes", SLOTS, "--grace", "3s"],
         &[("RUST_LOG", "observer=debug")],
     );
     let mut entered_before = 0;
     let mut shells = Vec::new();
-    for (mut pod, name) in pods.into_iter().zip(names) {
-        pod.close_all(&ns);
+    for (pod, name) in pods.into_iter().zip(names) {
+        server.close_oldest(2);
+        wait_for_time_wait_entries(&ns, entered_before + 2);
         let entered = ns.time_wait_entered() - entered_before;
         entered_before += entered;
         assert_eq!(entered, 2, "{}", ns.ss_all());

@@ -284,25 +284,23 @@ fn ss_local_ports(ns: &Netns, state: &str) -> std::collections::BTreeSet<u64> {
 }
 
 /// How many of the `closed` client ends toward `port` the kernel made
-/// timewait sockets of (`ss -o` shows `timer:(timewait`), read once none
-/// is left in FIN-WAIT-1. Not all of them, when the server holds its end:
-/// an orphan whose peer's ACK comes while its closer still owns the socket
-/// stays a full FIN-WAIT-2 socket on its keepalive timer and is reset 60 s
-/// later without entering TIME_WAIT (`tcp_rcv_state_process`'s "bad
-/// case"): 1 of 900 in a CI run, which a test taking `closed` as the
-/// count then waited for in vain.
+/// timewait sockets of, read once none is left in FIN-WAIT-1. Not all of
+/// them, when the server holds its end (`Netns::closed_ends`'s "bad
+/// case"): 1 of 900 in a CI run, which a test taking `closed` as the count
+/// then waited for in vain.
 fn client_ends_in_time_wait(ns: &Netns, port: u16, closed: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = observer_testing::netns::run(ns.command("ss").args(["-Htano", &format!("dport = :{port}")]));
-        let timewait = out.lines().filter(|l| l.contains("timer:(timewait")).count() as u64;
-        let full_fin_wait2 =
-            out.lines().filter(|l| l.starts_with("FIN-WAIT-2") && !l.contains("timer:(timewait")).count() as u64;
-        if timewait + full_fin_wait2 == closed {
-            assert!(full_fin_wait2 * 100 <= closed, "most ends should enter TIME_WAIT:\n{out}");
-            return timewait;
+        let ends = ns.closed_ends(&format!("dport = :{port}"));
+        if ends.fin_wait1 == 0 && ends.timewait + ends.full_fin_wait2 == closed {
+            assert!(ends.full_fin_wait2 * 100 <= closed, "most ends should enter TIME_WAIT:\n{}", ends.ss);
+            return ends.timewait;
         }
-        assert!(Instant::now() < deadline, "{closed} ends closed toward :{port}, not all past FIN-WAIT-1:\n{out}");
+        assert!(
+            Instant::now() < deadline,
+            "{closed} ends closed toward :{port}, not all past FIN-WAIT-1:\n{}",
+            ends.ss
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

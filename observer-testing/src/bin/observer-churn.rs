@@ -46,6 +46,11 @@ enum Cmd {
         /// Keep accepted connections open (for port exhaustion).
         #[arg(long)]
         hold: bool,
+        /// With --hold: each line `N` on standard input closes the N
+        /// connections held longest (a server that ends its side of
+        /// chosen connections when a test says so).
+        #[arg(long, requires = "hold")]
+        close_on_input: bool,
     },
     /// Open connections, one after another.
     Connect {
@@ -141,8 +146,8 @@ enum StormKind {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Serve { listen, backlog, never_accept, close_first, hold } => {
-            serve(listen, backlog, never_accept, close_first, hold)
+        Cmd::Serve { listen, backlog, never_accept, close_first, hold, close_on_input } => {
+            serve(listen, backlog, never_accept, close_first, hold, close_on_input)
         }
         Cmd::Connect {
             to,
@@ -296,7 +301,7 @@ fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
     println!("connected={connected} held={holding} errors={} seconds={seconds:.3}", errors.join(","));
 }
 
-fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool) {
+fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool, close_on_input: bool) {
     let listener = listen(addr, backlog);
     println!("ready");
     std::io::stdout().flush().unwrap();
@@ -305,11 +310,24 @@ fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close,
             std::thread::park();
         }
     }
-    let mut held = Vec::new();
+    // Oldest first: accept() takes connections in the order their
+    // handshakes completed.
+    let held = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    if close_on_input {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lines().map_while(Result::ok) {
+                let n: usize = line.trim().parse().unwrap_or_else(|_| panic!("not a count: {line}"));
+                let mut held = held.lock().unwrap();
+                let closing: Vec<TcpStream> = (0..n).map_while(|_| held.pop_front()).collect();
+                drop(closing);
+            }
+        });
+    }
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
         if hold {
-            held.push(stream);
+            held.lock().unwrap().push_back(stream);
             continue;
         }
         match close_first {

@@ -4,8 +4,9 @@
 //! telling anyone; an evicted socket owner means a later TIME_WAIT is
 //! charged to no one, an evicted in-flight connect means a lost error. The
 //! programs count, per map, the entries they created and removed
-//! (`LRU_CHURN`); every entry created is either still there, removed, or
-//! evicted, so evictions = created - removed - entries now.
+//! (`LRU_CHURN`), userspace those it entered at start; every entry created
+//! is either still there, removed, or evicted, so evictions = created -
+//! removed - entries now.
 //!
 //! The three numbers cannot be read at one instant. Reading `created`
 //! first and `removed` last makes the result a lower bound of the true
@@ -42,6 +43,9 @@ pub struct LruMaps {
     pub churn: PerCpuArray<MapData, u64>,
     /// Capacities as loaded (SOCK_OWNERS is set by --max-sockets).
     pub capacities: [u32; lru::MAPS as usize],
+    /// Entries userspace wrote (the owners of sockets older than observer,
+    /// `probes::older`), which `LRU_CHURN` does not count as created.
+    pub entered: [u64; lru::MAPS as usize],
 }
 
 /// The highest eviction bound seen per map.
@@ -65,7 +69,7 @@ impl EvictionTracker {
             (lru::THREAD_CONNECTS, maps::THREAD_CONNECTS),
         ] {
             let capacity = maps.capacities[which as usize] as u64;
-            let created = churn(maps, lru::created(which))?;
+            let created = churn(maps, lru::created(which))? + maps.entered[which as usize];
             let entries = match which {
                 lru::SOCK_OWNERS => count_keys(&maps.sock_owners, capacity),
                 lru::LISTENERS => count_keys(listeners, capacity),

@@ -15,7 +15,7 @@ use aya::{
     maps::{Array, HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue, RingBuf},
 };
 pub use hooks::{Attachment, HOOKS, Hook, Mode, SkippedRuns};
-use observer_common::{Config, capacity, names::maps};
+use observer_common::{Config, capacity, lru, names::maps};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
@@ -87,7 +87,7 @@ impl Probes {
         // The trace ring buffer stays at its one page, never written.
         let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, &btf, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
-        maps.older_connections = older::enter(&mut probes._ebpf, &btf, &maps.listeners, proc_root);
+        maps.older_connections = older::enter(&mut probes._ebpf, &btf, &maps.listeners, &mut maps.lru, proc_root);
         Ok((probes, maps))
     }
 
@@ -297,6 +297,7 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
             thread_connects: take::<AyaHashMap<_, _, _>>(ebpf, maps::THREAD_CONNECTS)?,
             churn: take::<PerCpuArray<_, _>>(ebpf, maps::LRU_CHURN)?,
             capacities: [max_sockets, capacity::LISTENERS, capacity::INFLIGHT_CONNECTS, capacity::THREAD_CONNECTS],
+            entered: [0; lru::MAPS as usize],
         },
         time_wait_by_netns: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::TIME_WAIT_BY_NETNS)?,
     })

@@ -1,23 +1,30 @@
-//! The connections established before observer started. The programs
-//! count a connection open when it reaches ESTABLISHED; those already there
-//! at start would never count, and a restart (a DaemonSet rollout) would
-//! drop a database client's 800 held connections from the gauge for as
-//! long as they live. So at start, once the programs are attached, the
+//! The sockets older than observer. The programs count a connection open
+//! when it reaches ESTABLISHED, and learn a socket's owner in process
+//! context (connect, accept, listen); those already there at start would
+//! never count, and their TIME_WAIT entries would name no process: a
+//! restart (a DaemonSet rollout) would drop a database client's 800 held
+//! connections from the gauge for as long as they live, and charge their
+//! TIME_WAIT to pid 0. So at start, once the programs are attached, the
 //! TCP socket iterator (observer-ebpf's older.rs) lists every namespace's
-//! established sockets the programs do not follow yet, and each is entered
-//! in `OPEN_CONNECTIONS` under the key a program would have given it
-//! (`OpenConnection::OLDER`, no lifetime): its end then counts like any
-//! other, and the ledger starts with them open.
+//! full sockets, and
+//! - each established one the programs do not follow yet is entered in
+//!   `OPEN_CONNECTIONS` under the key a program would have given it
+//!   (`OpenConnection::OLDER`, no lifetime): its end then counts like any
+//!   other, and the ledger starts with them open;
+//! - each one a process holds (/proc) is entered in `SOCK_OWNERS` with
+//!   that process, as connect() or accept() would have: its TIME_WAIT entry
+//!   names it.
 //!
 //! Exact at every step, against a socket that ends meanwhile:
-//! - one the programs saw reach ESTABLISHED since they were attached has
-//!   its entry already: the iterator skips it, or the insert (no
-//!   overwrite) fails and it is not counted here;
+//! - one the programs saw since they were attached has its entries
+//!   already: the insert (no overwrite) fails and it is not counted here;
 //! - one that ended between the iterator's read and the insert would leave
-//!   an entry for ever: a second pass lists what is still established, and
-//!   an entry of ours whose socket is not is removed; removed by us, it
-//!   was never counted ended, so it is not counted open either (removed by
-//!   its end first, it was counted ended, and stays counted open).
+//!   an entry for ever: a second pass lists every socket still there, and
+//!   an entry of ours whose socket is gone (for `OPEN_CONNECTIONS`: no
+//!   longer established) is removed if it still holds what we wrote;
+//!   removed by us, a connection was never counted ended, so it is not
+//!   counted open either (removed by its end first, it was counted ended,
+//!   and stays counted open).
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs::File,
@@ -33,13 +40,16 @@ use aya::{
     programs::{Iter, iter::IterLink},
 };
 use observer_common::{
-    Actor, ConnectionKey, IteratedSocket, ListenerKey, OpenConnection, direction,
+    Actor, ConnectionKey, IteratedSocket, ListenerKey, OpenConnection, direction, lru,
     names::{maps, programs},
     tcp_state,
 };
 use tracing::{info, warn};
 
-use crate::node::{netns, owners};
+use crate::{
+    collect::LruMaps,
+    node::{netns, owners},
+};
 
 /// The connections entered, per key: the ledger's opening balance.
 pub type Opening = Vec<(ConnectionKey, u64)>;
@@ -52,21 +62,24 @@ const PASS_LIMIT: Duration = Duration::from_secs(5);
 const BPF_NOEXIST: u64 = 1;
 
 /// Enter every namespace's established connections that no program follows
-/// into `OPEN_CONNECTIONS`, and count them per key. Never fails the start:
-/// where the iterator cannot run (no BTF, before Linux 5.9), the log says
-/// the gauge leaves them out.
+/// into `OPEN_CONNECTIONS`, and count them per key; and the owners of the
+/// sockets processes hold into `SOCK_OWNERS` (`lru`, which keeps how many
+/// it was given). Never fails the start: where the iterator cannot run (no
+/// BTF, before Linux 5.9), the log says what is left out.
 pub fn enter(
     ebpf: &mut Ebpf,
     btf: &Btf,
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
+    lru: &mut LruMaps,
     proc_root: &Path,
 ) -> Opening {
-    match try_enter(ebpf, btf, listeners, proc_root) {
+    match try_enter(ebpf, btf, listeners, lru, proc_root) {
         Ok(opening) => opening,
         Err(reason) => {
             warn!(
-                "the connections established before observer started are not counted open \
-                 (observer_tcp_connections_open leaves them out until they end): {reason}"
+                "the sockets opened before observer started are left out: their connections are not counted open \
+                 (observer_tcp_connections_open leaves them out until they end) and their TIME_WAIT entries name \
+                 no process (pid 0): {reason}"
             );
             Vec::new()
         }
@@ -77,6 +90,7 @@ fn try_enter(
     ebpf: &mut Ebpf,
     btf: &Btf,
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
+    lru: &mut LruMaps,
     proc_root: &Path,
 ) -> Result<Opening, String> {
     let started = std::time::Instant::now();
@@ -91,13 +105,9 @@ fn try_enter(
     let first = iterate(program, &namespaces)?.ok_or_else(|| {
         format!("the network namespaces were not all read within {PASS_LIMIT:?} (a path under /proc that blocks?)")
     })?;
-    let inodes: HashSet<u32> = first
-        .values()
-        .flatten()
-        .filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED && s.inode != 0)
-        .filter_map(|s| u32::try_from(s.inode).ok())
-        .collect();
-    let owners = owners::owners_of_sockets(proc_root, &inodes);
+    let held: HashSet<u32> =
+        first.values().flatten().filter(|s| s.inode != 0).filter_map(|s| u32::try_from(s.inode).ok()).collect();
+    let owners = owners::owners_of_sockets(proc_root, &held);
     let listener_owner = |key: &ListenerKey| listeners.get(key, 0).ok();
     let wanted = entries(&first, &owners, listener_owner);
 
@@ -118,23 +128,21 @@ fn try_enter(
             Err(_) => full += 1,
         }
     }
+    let (owners_entered, owners_left_out) = enter_owners(lru, socket_owners(&first, &owners));
 
-    // The second pass: an entry whose socket is no longer established.
+    // The second pass: the sockets still there, and which are established.
     let program: &mut Iter =
         ebpf.program_mut(programs::OLDER_CONNECTIONS).ok_or("no iterator")?.try_into().map_err(|e| format!("{e}"))?;
-    // Not read in time: none is known to be still established, so every
-    // entry that can still be taken back is (exact, if fewer counted).
+    // Not read in time: none is known to be still there, so every entry
+    // that can still be taken back is (exact, if fewer counted or named).
     let second = iterate(program, &namespaces)?;
     if second.is_none() {
         warn!("the second pass over the network namespaces did not end within {PASS_LIMIT:?}: taking the entries back");
     }
-    let still: HashSet<u64> = second
-        .iter()
-        .flat_map(HashMap::values)
-        .flatten()
-        .filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED)
-        .map(|s| s.sk)
-        .collect();
+    let alive: HashMap<u64, u16> = second.iter().flat_map(HashMap::values).flatten().map(|s| (s.sk, s.state)).collect();
+    let established = |sk: &u64| alive.get(sk).is_some_and(|&state| i32::from(state) == tcp_state::ESTABLISHED);
+    let owners_kept = take_back(&mut lru.sock_owners, owners_entered, |sk| alive.contains_key(sk));
+    lru.entered[lru::SOCK_OWNERS as usize] = owners_kept;
     let mut open: AyaHashMap<_, u64, OpenConnection> = ebpf
         .map_mut(maps::OPEN_CONNECTIONS)
         .ok_or("no OPEN_CONNECTIONS map")?
@@ -145,7 +153,7 @@ fn try_enter(
         // The iterator lists the sockets of our entries that are still
         // established; ours is missing once its end took the entry, or if
         // it ended unseen before we entered it.
-        let gone = !still.contains(&sk) && open.get(&sk, 0).is_ok_and(|now| now == entry) && open.remove(&sk).is_ok();
+        let gone = !established(&sk) && open.get(&sk, 0).is_ok_and(|now| now == entry) && open.remove(&sk).is_ok();
         if !gone {
             *counted.entry(entry.key).or_default() += 1;
         }
@@ -153,10 +161,12 @@ fn try_enter(
     let total: u64 = counted.values().sum();
     info!(
         connections = total,
+        socket_owners = owners_kept,
         namespaces = namespaces.len(),
         took_ms = started.elapsed().as_millis() as u64,
         "counted open the connections established before observer started (their ends count as they come; \
-         their lifetimes are unknown)"
+         their lifetimes are unknown) and entered the owners of the sockets held then (their TIME_WAIT entries \
+         name them)"
     );
     if full > 0 {
         warn!(
@@ -165,7 +175,52 @@ fn try_enter(
              raise --max-sockets"
         );
     }
+    if owners_left_out > 0 {
+        warn!(
+            left_out = owners_left_out,
+            "SOCK_OWNERS has no room for the owners of {owners_left_out} sockets opened before observer started \
+             (at most half its capacity is given to them): their TIME_WAIT entries count under pid 0; \
+             raise --max-sockets"
+        );
+    }
     Ok(counted.into_iter().collect())
+}
+
+/// Enter each owner in `SOCK_OWNERS` where no program entered one, in at
+/// most half the map: an LRU map makes room by evicting, and the programs'
+/// entries for new sockets must not be what goes. The entries written, and
+/// how many were left out for want of room.
+fn enter_owners(lru: &mut LruMaps, wanted: Vec<(u64, Actor)>) -> (Vec<(u64, Actor)>, u64) {
+    let room = (lru.capacities[lru::SOCK_OWNERS as usize] / 2) as usize;
+    let left_out = wanted.len().saturating_sub(room) as u64;
+    let mut entered = Vec::new();
+    for (sk, owner) in wanted.into_iter().take(room) {
+        // EEXIST: a program entered the socket's owner since (accept() of
+        // an older child, a new socket at a freed address): theirs stands.
+        if lru.sock_owners.insert(sk, owner, BPF_NOEXIST).is_ok() {
+            entered.push((sk, owner));
+        }
+    }
+    (entered, left_out)
+}
+
+/// Remove the entries of `entered` whose socket is gone (not `alive`) and
+/// that still hold what we wrote: a socket that closed before its owner
+/// was entered would otherwise keep that entry until evicted. How many
+/// entered entries stay (the programs remove them, counted, at CLOSE).
+fn take_back(
+    map: &mut AyaHashMap<MapData, u64, Actor>,
+    entered: Vec<(u64, Actor)>,
+    alive: impl Fn(&u64) -> bool,
+) -> u64 {
+    let mut kept = 0;
+    for (sk, owner) in entered {
+        let gone = !alive(&sk) && map.get(&sk, 0).is_ok_and(|now| now == owner) && map.remove(&sk).is_ok();
+        if !gone {
+            kept += 1;
+        }
+    }
+    kept
 }
 
 /// Run the iterator once in each namespace: its listeners and the
@@ -218,7 +273,7 @@ fn entries(
     for (&netns, sockets) in by_netns {
         let listening: HashSet<u16> =
             sockets.iter().filter(|s| i32::from(s.state) == tcp_state::LISTEN).map(|s| s.local_port).collect();
-        for s in sockets.iter().filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED) {
+        for s in sockets.iter().filter(|s| i32::from(s.state) == tcp_state::ESTABLISHED && s.followed == 0) {
             let unknown = Actor { cgroup_id: s.cgroup_id, ..Actor::default() };
             let key = if listening.contains(&s.local_port) {
                 let listener = ListenerKey { netns, port: s.local_port, family: s.family };
@@ -250,6 +305,19 @@ fn entries(
     out
 }
 
+/// The owner each socket a process holds gets in `SOCK_OWNERS`: that
+/// process, in the socket's cgroup (as `entries` gives its connection).
+fn socket_owners(by_netns: &HashMap<u32, Vec<IteratedSocket>>, owners: &HashMap<u32, Actor>) -> Vec<(u64, Actor)> {
+    by_netns
+        .values()
+        .flatten()
+        .filter_map(|s| {
+            let owner = owners.get(&u32::try_from(s.inode).ok()?)?;
+            Some((s.sk, Actor { cgroup_id: s.cgroup_id, ..*owner }))
+        })
+        .collect()
+}
+
 fn is_errno(e: &aya::maps::MapError, errno: i32) -> bool {
     matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(errno))
 }
@@ -270,6 +338,7 @@ mod tests {
             local_port,
             remote_port,
             state: state as u16,
+            ..IteratedSocket::default()
         }
     }
 
@@ -304,6 +373,35 @@ mod tests {
         assert_eq!((outbound.actor.tgid, outbound.actor.cgroup_id, outbound.actor.comm_str()), (42, 77, "client"));
         let (_, unowned, _) = keys[2];
         assert_eq!((unowned.actor.tgid, unowned.actor.cgroup_id), (0, 77), "no process holds it: its cgroup, pid 0");
+    }
+
+    #[test]
+    fn a_connection_the_programs_follow_is_not_entered_again() {
+        let followed = IteratedSocket { followed: 1, ..socket(2, tcp_state::ESTABLISHED, 40000, 27017, 11) };
+        let by_netns = HashMap::from([(5, vec![followed, socket(3, tcp_state::ESTABLISHED, 40001, 27017, 12)])]);
+        let got: Vec<u64> = entries(&by_netns, &HashMap::new(), |_| None).iter().map(|(sk, _)| *sk).collect();
+        assert_eq!(got, vec![3]);
+    }
+
+    #[test]
+    fn every_socket_a_process_holds_gets_its_owner_in_the_sockets_cgroup() {
+        let sockets = vec![
+            socket(1, tcp_state::LISTEN, 8080, 0, 10),
+            IteratedSocket { followed: 1, ..socket(2, tcp_state::ESTABLISHED, 8080, 40000, 11) },
+            socket(3, tcp_state::FIN_WAIT2, 40001, 27017, 12),
+            socket(4, tcp_state::ESTABLISHED, 8080, 40002, 0),
+            socket(5, tcp_state::CLOSE_WAIT, 40003, 27017, 99),
+        ];
+        let by_netns = HashMap::from([(5, sockets)]);
+        let server = Actor { tgid: 7, ..Actor::default() };
+        let client = Actor { tgid: 42, ..Actor::default() };
+        let owners = HashMap::from([(10, server), (11, server), (12, client)]);
+        let mut got = socket_owners(&by_netns, &owners);
+        got.sort_by_key(|(sk, _)| *sk);
+        let got: Vec<_> = got.iter().map(|(sk, a)| (*sk, a.tgid, a.cgroup_id)).collect();
+        // A child no accept() took (inode 0) and a socket /proc finds no
+        // holder of are left to the programs and to pid 0.
+        assert_eq!(got, vec![(1, 7, 77), (2, 7, 77), (3, 42, 77)]);
     }
 
     #[test]

@@ -57,8 +57,8 @@ impl Drop for Dirs {
 /// A pod (one container cgroup, systemd driver) whose shell opened
 /// `connections` to the server on port 7000 of `ns` and holds them until
 /// `close_all`, which closes them client-first (their TIME_WAIT entries are
-/// the pod's) and returns once the kernel counted them. The shell lives on
-/// (a process slot observer keeps while it lives) until the pod is dropped.
+/// the pod's) and returns once the kernel counted them, or `orphan_all`.
+/// The shell lives on until the pod is dropped.
 pub struct PodWithOldConnections {
     uid: String,
     id: String,
@@ -72,6 +72,26 @@ pub fn namespace_with_server() -> (Netns, Server) {
     let ns = Netns::new();
     let server = ns.serve(&["--listen", "127.0.0.1:7000", "--close-first", "client"]);
     (ns, server)
+}
+
+/// A namespace whose server on port 7000 holds every connection until
+/// told (`Server::close_oldest`), and whose orphans wait for it: with
+/// `tcp_fin_timeout` above TIME_WAIT's 60 s, a client end closed first
+/// (`PodWithOldConnections::orphan_all`) stays a full FIN-WAIT-2 socket,
+/// held by no process, until the server's FIN puts it in TIME_WAIT.
+pub fn namespace_with_holding_server() -> (Netns, Server) {
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.tcp_fin_timeout", "600");
+    let server = ns.serve(&["--listen", "127.0.0.1:7000", "--hold", "--close-on-input"]);
+    (ns, server)
+}
+
+/// Wait (at most 10 s) until `ns` counted `entries` TIME_WAIT entries.
+pub fn wait_for_time_wait_entries(ns: &Netns, entries: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ns.time_wait_entered() < entries && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 impl PodWithOldConnections {
@@ -102,25 +122,53 @@ impl PodWithOldConnections {
     /// counted their TIME_WAIT entries (the server's FIN comes after the
     /// shell ended), at most 10 s.
     pub fn close_all(&mut self, ns: &Netns) {
+        let before = ns.time_wait_entered();
+        self.close_in_shell();
+        wait_for_time_wait_entries(ns, before + self.connections);
+    }
+
+    /// Close the connections while the server (`namespace_with_holding_server`)
+    /// holds its ends: they become orphans, full FIN-WAIT-2 sockets no
+    /// process holds (returns once all are), whose TIME_WAIT entries come
+    /// with the server's FIN.
+    pub fn orphan_all(&mut self, ns: &Netns) {
+        self.close_in_shell();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let ends = ns.closed_ends("dport = :7000");
+            if ends.full_fin_wait2 >= self.connections && ends.fin_wait1 == 0 {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the pod's connections are not orphans yet:\n{}", ends.ss);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn close_in_shell(&mut self) {
         use std::io::Write as _;
         use std::io::{BufRead as _, BufReader};
-        let before = ns.time_wait_entered();
         let client = self.client.as_mut().unwrap();
         writeln!(client.stdin.as_mut().unwrap()).unwrap();
         let mut closed = String::new();
         BufReader::new(client.stdout.as_mut().unwrap()).read_line(&mut closed).unwrap();
         assert_eq!(closed.trim(), "closed", "the pod's connections did not close");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while ns.time_wait_entered() < before + self.connections && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
     }
 
     /// The labels of the pod's unknown owner (pid 0).
     pub fn unknown_owner(&self, name: &str) -> Vec<String> {
+        self.labels(name, 0, "unknown")
+    }
+
+    /// The labels of the pod's shell, which opened and holds the
+    /// connections.
+    pub fn holder(&self, name: &str) -> Vec<String> {
+        self.labels(name, self.client.as_ref().unwrap().id(), "bash")
+    }
+
+    fn labels(&self, name: &str, pid: u32, executable: &str) -> Vec<String> {
         vec![
-            "process_pid=\"0\"".to_string(),
-            "process_executable_name=\"unknown\"".to_string(),
+            format!("process_pid=\"{pid}\""),
+            format!("process_executable_name=\"{executable}\""),
             format!("container_id=\"{}\"", self.id),
             format!("k8s_pod_uid=\"{}\"", self.uid),
             format!("k8s_pod_name=\"{name}\""),

@@ -189,14 +189,22 @@ fn try_enter(
 /// Enter each owner in `SOCK_OWNERS` where no program entered one, in at
 /// most half the map: an LRU map makes room by evicting, and the programs'
 /// entries for new sockets must not be what goes. The entries written, and
-/// how many were left out for want of room.
+/// how many sockets with no owner yet were left out for want of room.
 fn enter_owners(lru: &mut LruMaps, wanted: Vec<(u64, Actor)>) -> (Vec<(u64, Actor)>, u64) {
     let room = (lru.capacities[lru::SOCK_OWNERS as usize] / 2) as usize;
-    let left_out = wanted.len().saturating_sub(room) as u64;
     let mut entered = Vec::new();
-    for (sk, owner) in wanted.into_iter().take(room) {
-        // EEXIST: a program entered the socket's owner since (accept() of
-        // an older child, a new socket at a freed address): theirs stands.
+    let mut left_out = 0;
+    for (sk, owner) in wanted {
+        if entered.len() >= room {
+            // A socket whose owner a program entered is not left out.
+            if lru.sock_owners.get(&sk, 0).is_err() {
+                left_out += 1;
+            }
+            continue;
+        }
+        // EEXIST: a program entered the socket's owner (it was followed
+        // from the start, an older child was accepted since, a new socket
+        // took a freed address): theirs stands.
         if lru.sock_owners.insert(sk, owner, BPF_NOEXIST).is_ok() {
             entered.push((sk, owner));
         }

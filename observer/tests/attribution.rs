@@ -17,7 +17,7 @@ use common::{
     daemon::{scrape_until, start_daemon},
     pods::{
         Dirs, PodWithOldConnections, cgroup2_root, namespace_with_holding_server, namespace_with_server,
-        systemd_containerd_scope, time_wait_lines, wait_for_time_wait_entries,
+        scrape_time_wait_entries, systemd_containerd_scope, time_wait_lines, wait_for_time_wait_entries,
     },
 };
 use observer_testing::{Netns, Server, churn, http::sample};
@@ -138,19 +138,9 @@ fn time_wait_of_sockets_older_than_observer_names_their_holder_and_pod() {
     let daemon = start_daemon(&["--pod-logs", logs.to_str().unwrap()]);
     pod.close_all(&ns);
 
-    let labels = pod.holder("legacy-client-0");
-    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let entered = ns.time_wait_entered();
     assert_eq!(entered, 3, "three client-first closes, three TIME_WAIT entries:\n{}", ns.ss_all());
-    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
-    });
-    assert_eq!(
-        sample(&body, "observer_tcp_time_wait_entries_total", &labels),
-        Some(entered),
-        "{}",
-        time_wait_lines(&body)
-    );
+    let body = scrape_time_wait_entries(&daemon, &pod.holder("legacy-client-0"), entered, "the pod's shell");
     let unknown = pod.unknown_owner("legacy-client-0");
     let unknown: Vec<&str> = unknown.iter().map(String::as_str).collect();
     assert_eq!(sample(&body, "observer_tcp_time_wait_entries_total", &unknown), None, "{}", time_wait_lines(&body));
@@ -173,17 +163,7 @@ fn time_wait_of_orphans_older_than_observer_names_their_pod() {
     server.close_oldest(3);
     wait_for_time_wait_entries(&ns, 3);
 
-    let labels = pod.unknown_owner("legacy-client-1");
-    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let entered = ns.time_wait_entered();
     assert_eq!(entered, 3, "three orphans, three TIME_WAIT entries:\n{}", ns.ss_all());
-    let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
-    });
-    assert_eq!(
-        sample(&body, "observer_tcp_time_wait_entries_total", &labels),
-        Some(entered),
-        "{}",
-        time_wait_lines(&body)
-    );
+    scrape_time_wait_entries(&daemon, &pod.unknown_owner("legacy-client-1"), entered, "the pod's unknown owner");
 }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use common::{
     daemon::{scrape_until, start_daemon_with_env},
-    pods::{Dirs, PodWithOldConnections, namespace_with_holding_server, time_wait_lines, wait_for_time_wait_entries},
+    pods::{
+        Dirs, PodWithOldConnections, namespace_with_holding_server, scrape_time_wait_entries, time_wait_lines,
+        wait_for_time_wait_entries,
+    },
 };
 use observer_testing::http::{sample, sample_sum};
 
@@ -49,17 +52,9 @@ fn unknown_owners_of_removed_pods_give_their_process_slot_back() {
         let entered = ns.time_wait_entered() - entered_before;
         entered_before += entered;
         assert_eq!(entered, 2, "{}", ns.ss_all());
-        let labels = pod.unknown_owner(name);
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-            sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entered)
-        });
-        assert_eq!(
-            sample(&body, "observer_tcp_time_wait_entries_total", &labels),
-            Some(entered),
-            "pod {name}:\n{}",
-            time_wait_lines(&body)
-        );
+        let owner = pod.unknown_owner(name);
+        let body = scrape_time_wait_entries(&daemon, &owner, entered, &format!("pod {name}"));
+        let labels: Vec<&str> = owner.iter().map(String::as_str).collect();
         let other = sample_sum(&body, "observer_tcp_time_wait_entries_total", &["otel_metric_overflow=\"true\""]);
         assert_eq!(other, 0, "nothing folded into other:\n{}", time_wait_lines(&body));
         // The pod is deleted; its unknown owner is retired a grace period

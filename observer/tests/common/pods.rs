@@ -211,6 +211,29 @@ fn crc(name: &str) -> u16 {
     name.bytes().fold(0u16, |h, b| h.wrapping_mul(31).wrapping_add(u16::from(b)))
 }
 
+/// Scrape `daemon` (at most 10 s) until the series with `labels` counts
+/// `entries` TIME_WAIT entries, assert that it does (`context` and the
+/// page's TIME_WAIT lines otherwise), and return the page.
+pub fn scrape_time_wait_entries(
+    daemon: &super::daemon::Daemon,
+    labels: &[String],
+    entries: u64,
+    context: &str,
+) -> String {
+    use observer_testing::http::sample;
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let body = super::daemon::scrape_until(daemon, std::time::Duration::from_secs(10), |b| {
+        sample(b, "observer_tcp_time_wait_entries_total", &labels) == Some(entries)
+    });
+    assert_eq!(
+        sample(&body, "observer_tcp_time_wait_entries_total", &labels),
+        Some(entries),
+        "{context}\n{}",
+        time_wait_lines(&body)
+    );
+    body
+}
+
 pub fn time_wait_lines(body: &str) -> String {
     body.lines().filter(|l| l.starts_with("observer_tcp_time_wait")).collect::<Vec<_>>().join("\n")
 }

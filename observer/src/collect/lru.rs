@@ -15,6 +15,16 @@
 //! may still have been counted as an entry), exact when the map is quiet.
 //! Evictions only grow, so the exported total is the highest bound seen:
 //! never more than the kernel evicted, and all of it once traffic calms.
+//!
+//! Counting a map's entries takes one syscall per key (3-4 ms a round for
+//! a few thousand sockets held), so the walk is done only when it can
+//! tell something: the kernel's LRU evicts only when its free nodes run
+//! out, so while created - removed - evicted stays below the capacity by
+//! more than the free nodes its CPUs may hold back, nothing can have been
+//! evicted and that difference is the count. The map is walked when it
+//! comes near its capacity, and every `WALK_EVERY` rounds anyway, so an
+//! entry taken out some way the counts miss (a race of two CPUs on one
+//! key) does not linger in the gauge.
 use aya::{
     Pod,
     maps::{HashMap as AyaHashMap, MapData, PerCpuArray},
@@ -52,6 +62,30 @@ pub struct LruMaps {
 #[derive(Default)]
 pub struct EvictionTracker {
     evicted: [u64; lru::MAPS as usize],
+    /// Rounds since each map's keys were last walked (None: never).
+    since_walk: [Option<u32>; lru::MAPS as usize],
+}
+
+/// Rounds between two walks of a map far from its capacity.
+const WALK_EVERY: u32 = 10;
+
+/// Free nodes the kernel's LRU (kernel/bpf/bpf_lru_list.c) moves from the
+/// map's free list to a CPU's own at a time (`LOCAL_FREE_TARGET`): it
+/// starts evicting when the shared list holds fewer, while each CPU may
+/// still hold that many unused.
+const LOCAL_FREE_TARGET: u64 = 128;
+
+/// How far below its capacity a map's count must stay for the kernel not
+/// to have evicted from it: the free nodes the CPUs' lists and the shared
+/// list's last batch may hold.
+fn eviction_margin(cpus: u64) -> u64 {
+    LOCAL_FREE_TARGET * (cpus + 1)
+}
+
+/// Whether a map with an `estimate` of its entries must be walked this
+/// round (`since_walk` rounds after its last walk).
+fn must_walk(estimate: u64, capacity: u64, cpus: u64, since_walk: Option<u32>) -> bool {
+    since_walk.is_none_or(|n| n + 1 >= WALK_EVERY) || estimate + eviction_margin(cpus) >= capacity
 }
 
 impl EvictionTracker {
@@ -62,6 +96,7 @@ impl EvictionTracker {
         listeners: &AyaHashMap<MapData, observer_common::ListenerKey, observer_common::Actor>,
     ) -> Result<Vec<MapFill>, Error> {
         let mut out = Vec::with_capacity(lru::MAPS as usize);
+        let cpus = possible_cpus();
         for (which, name) in [
             (lru::SOCK_OWNERS, maps::SOCK_OWNERS),
             (lru::LISTENERS, maps::LISTENERS),
@@ -69,7 +104,15 @@ impl EvictionTracker {
             (lru::THREAD_CONNECTS, maps::THREAD_CONNECTS),
         ] {
             let capacity = maps.capacities[which as usize] as u64;
-            let created = churn(maps, lru::created(which))? + maps.entered[which as usize];
+            let i = which as usize;
+            let created = churn(maps, lru::created(which))? + maps.entered[i];
+            // At most the entries there (`evicted` is a lower bound).
+            let estimate = created.saturating_sub(churn(maps, lru::removed(which))?).saturating_sub(self.evicted[i]);
+            if !must_walk(estimate, capacity, cpus, self.since_walk[i]) {
+                self.since_walk[i] = self.since_walk[i].map(|n| n + 1);
+                out.push(MapFill { map: name, entries: estimate, capacity, evictions: Some(self.evicted[i]) });
+                continue;
+            }
             let entries = match which {
                 lru::SOCK_OWNERS => count_keys(&maps.sock_owners, capacity),
                 lru::LISTENERS => count_keys(listeners, capacity),
@@ -80,6 +123,7 @@ impl EvictionTracker {
             // Entries not countable this round (the map changed under the
             // walk too much): keep the previous bound.
             let Some(entries) = entries else { continue };
+            self.since_walk[i] = Some(0);
             let bound = created.saturating_sub(removed).saturating_sub(entries);
             let evicted = &mut self.evicted[which as usize];
             *evicted = (*evicted).max(bound);
@@ -87,6 +131,12 @@ impl EvictionTracker {
         }
         Ok(out)
     }
+}
+
+/// The CPUs a per-CPU list may exist for (at least 1).
+fn possible_cpus() -> u64 {
+    static CPUS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| aya::util::nr_cpus().map_or(1, |n| n.max(1) as u64))
 }
 
 /// Sum over CPUs of one `LRU_CHURN` slot.
@@ -109,4 +159,26 @@ fn count_keys<K: Pod, V: Pod>(map: &AyaHashMap<MapData, K, V>, capacity: u64) ->
         }
     }
     Some(n.min(capacity))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_is_walked_first_then_every_walk_every_rounds() {
+        assert!(must_walk(0, 100_000, 2, None), "never walked");
+        assert!(!must_walk(0, 100_000, 2, Some(0)));
+        assert!(!must_walk(0, 100_000, 2, Some(WALK_EVERY - 2)));
+        assert!(must_walk(0, 100_000, 2, Some(WALK_EVERY - 1)));
+    }
+
+    #[test]
+    fn a_map_near_its_capacity_is_walked_every_round() {
+        // 2 CPUs: up to 3 x 128 free nodes may be held back.
+        assert!(!must_walk(100_000 - 385, 100_000, 2, Some(0)));
+        assert!(must_walk(100_000 - 384, 100_000, 2, Some(0)));
+        // A small map on a big node is always walked.
+        assert!(must_walk(0, 4_096, 64, Some(0)));
+    }
 }

@@ -1,7 +1,8 @@
 //! The sweep on a node of many namespaces: every namespace exact against
 //! `ss` once quiet, however many there are and however many sockets the
 //! node holds (each dump walks them all, so cold namespaces take turns);
-//! a namespace near its port ceiling read at once while others wait; the
+//! a namespace near its port ceiling read at once while others wait, a hot
+//! one below the warning at its own pace; the
 //! files held in each namespace closed when it goes; the bound counted.
 //!
 //! Its own test binary, one test at a time (`SERIAL`): the tests count the
@@ -144,6 +145,46 @@ fn a_namespace_near_its_port_ceiling_is_read_at_once_while_changed_ones_wait() {
         let _ = t.kill();
         let _ = t.wait();
     }
+}
+
+/// A namespace whose most used destination holds half its ports or more is
+/// hot: dumped whenever it changes if it could be near the warning (70%:
+/// its last reading plus every connect() since), at its own pace below
+/// that (a dump walks every socket of the node), and exact once quiet.
+#[test]
+fn a_hot_namespace_is_read_at_its_own_pace_below_the_warning_and_every_round_near_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let daemon = start_daemon(&[]);
+    let pod = Pod::new();
+    pod.ns.sysctl("net.ipv4.ip_local_port_range", "40000 40999");
+    // 550 of 1,000 ports: hot, below the warning.
+    pod.connect(550);
+    until_all_exact(&daemon, std::slice::from_ref(&pod));
+
+    // Changing every 500 ms (rounds are 200 ms): it waits its turn. No
+    // other namespace changes here but the host's, which is cold and
+    // read first (a round always reads one cold namespace).
+    let mut slow = trickle(&pod.ns, "127.0.0.1:8080", 20, "10s");
+    let waiting = |body: &str| sample(body, "observer_network_namespace_usage", &["observer_reading=\"deferred\""]);
+    let body = scrape_until(&daemon, Duration::from_secs(15), |body| waiting(body).is_some_and(|n| n > 0));
+    assert!(waiting(&body).is_some_and(|n| n > 0), "read every round it changed: {body}");
+
+    // 200 more at once: 750 could be held, past the warning: read every
+    // round from now on, while a trickle changes it every round.
+    pod.connect(200);
+    let mut fast = trickle(&pod.ns, "127.0.0.1:8080", 100, "10s");
+    let body =
+        scrape_until(&daemon, Duration::from_secs(10), |body| pod.observer_ports(body).is_some_and(|n| n >= 750));
+    assert!(pod.observer_ports(&body).is_some_and(|n| n >= 750), "{body}");
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(300));
+        let body = daemon.scrape();
+        assert_eq!(waiting(&body), Some(0), "a namespace near its ceiling waited: {body}");
+    }
+    for t in [&mut slow, &mut fast] {
+        let _ = t.wait();
+    }
+    until_all_exact(&daemon, std::slice::from_ref(&pod));
 }
 
 /// Namespaces whose files a process holds: its open `net/sockstat`

@@ -587,7 +587,8 @@ pub const NETWORK_NAMESPACE_USAGE: Instrument = Instrument {
         key: "observer.reading",
         ty: Type::String,
         meaning: "`current` (ports per destination exact as of the round), `deferred` (changed, waiting for \
-                  their turn to be dumped; their last reading is exported), `unread` (beyond --max-namespaces, or \
+                  their turn to be dumped, or a namespace at half a ceiling changing slowly, dumped at least every \
+                  5 s; their last reading is exported), `unread` (beyond --max-namespaces, or \
                   their files could not be opened)",
     }]],
 };

@@ -40,9 +40,12 @@ pub struct Screen {
     /// TIME_WAIT and orphaned ones in FIN_WAIT2 (a closed socket waiting
     /// for its peer's FIN becomes one), what tcp_max_tw_buckets bounds.
     pub minisockets: u64,
-    /// Connections opened so far, both directions (snmp's ActiveOpens +
-    /// PassiveOpens): only ever grows. 0 when changes are not followed.
-    pub opened: u64,
+    /// Connections opened so far by connect() (snmp's ActiveOpens), the
+    /// only way a socket comes to hold an ephemeral port toward a
+    /// destination, and by accepting (PassiveOpens): they only ever grow.
+    /// 0 when changes are not followed.
+    pub active_opens: u64,
+    pub passive_opens: u64,
 }
 
 /// A namespace's own counts of what observer's programs count.
@@ -78,18 +81,18 @@ impl ScreenFiles {
             Some(file) => sockstat_tcp(&read_text(file)?, "TCP6:").map_or(0, |(in_use, _)| in_use),
             None => 0,
         };
-        let opened = match &self.snmp {
+        let (active_opens, passive_opens) = match &self.snmp {
             Some(file) => {
                 // procfs parses snmp; a seq file must be read from its start.
                 let mut snmp = file;
                 snmp.rewind()?;
                 let snmp = procfs::net::Snmp::from_buf_read(BufReader::new(snmp))
                     .map_err(|e| invalid(format!("snmp: {e}")))?;
-                snmp.tcp_active_opens + snmp.tcp_passive_opens
+                (snmp.tcp_active_opens, snmp.tcp_passive_opens)
             }
-            None => 0,
+            None => (0, 0),
         };
-        Ok(Screen { in_use: in_use + in_use6, minisockets, opened })
+        Ok(Screen { in_use: in_use + in_use6, minisockets, active_opens, passive_opens })
     }
 
     /// The namespace's own counts that observer checks its programs'

@@ -7,20 +7,26 @@
 //! 110 pods at 100k sockets costs 110 walks of 100k. So each round reads
 //! every namespace's cheap parts, from files held open since the namespace
 //! was first seen (no setns, no open): its listeners (their own small
-//! hash), its settings and its screen (`screen.rs`). Then it dumps:
-//! - at once, a *hot* namespace, one whose screen says some destination
-//!   could hold half of its ports or more, if anything changed since its
-//!   last dump: a namespace near a ceiling is never the one waiting;
-//! - a *cold* one when it changed since its last dump (or was never
-//!   dumped, or its dump is older than `MAX_AGE`), the longest waiting
-//!   first, while the round's cold dumps take less than 1% of the interval
-//!   (at least one per round).
+//! hash), its settings and its screen (`screen.rs`). Then it dumps, of
+//! the namespaces that changed since their last dump:
+//! - a *hot* namespace, one whose screen says some destination could hold
+//!   half of its ports or more: at once if it could be *near* a ceiling
+//!   (`NEAR_SHARE`, the warning's 70%: its last dump's most used
+//!   destination plus every connect() since, each at most one more port
+//!   held), so a namespace near a ceiling is never the one waiting;
+//!   else at its own pace (`HOT_PACE`, or sooner as its connect()s could
+//!   move a count by 2% of the ports). The dump of a busy namespace is
+//!   the round's whole cost (one walk of the node's sockets: ~40 ms at
+//!   100k), and one at 51% gains little from it every second;
+//! - a *cold* one (or one never dumped, or dumped longer ago than
+//!   `MAX_AGE`), the longest waiting first, while the round's cold dumps
+//!   take less than 1% of the interval (at least one per round).
 //!
 //! Between dumps a namespace keeps the destinations of its last one: exact
-//! when nothing changed (same screen, settings and listeners), else a cold
-//! namespace waiting its turn, counted as `deferred`. At a quiet moment
-//! every namespace is exact after as many rounds as cold namespaces
-//! changed, divided by the dumps a budget allows.
+//! when nothing changed (same screen, settings and listeners), else
+//! waiting its turn, counted as `deferred`. At a quiet moment every
+//! namespace is exact after `HOT_PACE`, or as many rounds as cold
+//! namespaces changed, divided by the dumps a budget allows.
 use std::{
     collections::{BTreeMap, BTreeSet},
     io,
@@ -42,6 +48,21 @@ use super::{
 /// ports is dumped whenever it changes (below the warning at 70%, so a
 /// namespace heading for one is read each round before it gets there).
 pub const HOT_SHARE: f64 = 0.5;
+
+/// A hot namespace that could have come this near a ceiling since its last
+/// dump (a destination's ports, or TIME_WAIT against its own) is dumped
+/// every round it changes: ObserverEphemeralPortsNearLimit's share.
+pub const NEAR_SHARE: f64 = 0.7;
+
+/// A hot namespace below `NEAR_SHARE` is dumped at least this often while
+/// it changes (every round at intervals this long or longer)...
+pub const HOT_PACE: Duration = Duration::from_secs(5);
+
+/// ... and sooner once its connect()s since its last dump could have moved
+/// a destination's count by this share of the ports: a destination filling
+/// fast is followed closely, one that barely moves costs a dump per
+/// `HOT_PACE`.
+pub const HOT_DRIFT_SHARE: f64 = 0.02;
 
 /// A cold namespace's dump is redone at least this often, changed or not.
 pub const MAX_AGE: Duration = Duration::from_secs(600);
@@ -117,10 +138,41 @@ impl Glance {
     /// have: the range minus the reserved and the listened-on ones), or
     /// TIME_WAIT `share` of tcp_max_tw_buckets.
     pub fn could_reach(&self, share: f64) -> bool {
+        self.screen.port_holders() as f64 >= share * self.ports_per_destination() as f64
+            || self.time_wait_reaches(share)
+    }
+
+    /// The connect()s since `last`, this namespace's last dump
+    /// (ActiveOpens): a socket comes to hold an ephemeral port toward a
+    /// destination only through one (an accepted one has its listener's
+    /// port), so no destination's count can have grown by more. None when
+    /// that dump's reading no longer applies (other settings or listeners,
+    /// or a counter gone back).
+    fn connects_since(&self, last: &LastDump) -> Option<u64> {
+        let was = &last.key;
+        if was.settings != self.settings || was.listened != self.key().listened {
+            return None;
+        }
+        self.screen.active_opens.checked_sub(was.screen.active_opens)
+    }
+
+    /// Whether some destination could have come to hold `share` of its
+    /// ports since `last`: the most used one then plus `connects` since,
+    /// or TIME_WAIT `share` of its ceiling.
+    fn could_have_reached(&self, last: &LastDump, connects: u64, share: f64) -> bool {
+        let most_used = last.counts.destinations.iter().map(|d| u64::from(d.used)).max().unwrap_or(0);
+        (most_used + connects) as f64 >= share * self.ports_per_destination() as f64 || self.time_wait_reaches(share)
+    }
+
+    /// The ports one destination can have: the range minus the reserved
+    /// and the listened-on ones.
+    fn ports_per_destination(&self) -> u64 {
         let listened = self.listeners.iter().filter(|l| self.settings.is_ephemeral(l.port)).count() as u64;
-        let ports = u64::from(self.settings.ephemeral_ports()).saturating_sub(listened);
-        self.screen.port_holders() as f64 >= share * ports as f64
-            || self.screen.minisockets as f64 >= share * f64::from(self.settings.tcp_max_tw_buckets)
+        u64::from(self.settings.ephemeral_ports()).saturating_sub(listened)
+    }
+
+    fn time_wait_reaches(&self, share: f64) -> bool {
+        self.screen.minisockets as f64 >= share * f64::from(self.settings.tcp_max_tw_buckets)
     }
 
     /// What a dump depends on: equal keys, equal dumps.
@@ -178,6 +230,7 @@ pub struct SweepCounts {
 pub struct Sweeper {
     proc_root: PathBuf,
     max_namespaces: usize,
+    interval: Duration,
     cold_budget: Duration,
     host: Option<u32>,
     tracked: BTreeMap<u32, Tracked>,
@@ -202,6 +255,7 @@ impl Sweeper {
         Self {
             proc_root: proc_root.to_path_buf(),
             max_namespaces,
+            interval,
             cold_budget: interval / COLD_BUDGET_SHARE,
             host: netns::host(proc_root),
             tracked: BTreeMap::new(),
@@ -218,6 +272,7 @@ impl Sweeper {
         let mut counts = SweepCounts::default();
         self.rounds += 1;
         let check = (self.check_time_wait || self.check_overflows) && self.rounds % KERNEL_CHECK_EVERY == 1;
+        let now = Instant::now();
         let found = netns::all(&self.proc_root);
         let pids: BTreeMap<u32, u32> =
             found.iter().filter_map(|(inode, path)| Some((*inode, netns::pid_of(path)?))).collect();
@@ -227,6 +282,7 @@ impl Sweeper {
         // holds.
         let mut glanced = BTreeMap::new();
         let mut candidates = Vec::new();
+        let mut deferred = BTreeSet::new();
         for (&inode, tracked) in &mut self.tracked {
             let Ok(glance) = tracked.files.glance(inode) else {
                 counts.unread += 1;
@@ -238,14 +294,18 @@ impl Sweeper {
                 Some(last) => last.key != key || last.at.elapsed() > MAX_AGE,
             };
             if stale {
-                let last = tracked.last.as_ref().map(|l| l.at);
-                candidates.push(Candidate { inode, hot: glance.could_reach(HOT_SHARE), last });
+                let hot = glance.could_reach(HOT_SHARE);
+                match &tracked.last {
+                    Some(last) if hot && !hot_dump_due(&glance, last, self.interval) => {
+                        deferred.insert(inode);
+                    }
+                    last => candidates.push(Candidate { inode, hot, last: last.as_ref().map(|l| l.at) }),
+                }
             }
             glanced.insert(inode, (glance, key));
         }
 
         let (hot, cold) = dump_order(candidates);
-        let mut deferred = BTreeSet::new();
         let mut dump_now = |inode: u32| {
             let (glance, key) = &glanced[&inode];
             let tracked = self.tracked.get_mut(&inode).expect("glanced this round");
@@ -270,12 +330,18 @@ impl Sweeper {
             .into_iter()
             .map(|(inode, (glance, _))| {
                 let last = &self.tracked[&inode].last;
-                if deferred.contains(&inode) {
+                let current = !deferred.contains(&inode);
+                if !current {
                     counts.deferred += 1;
                 } else if last.is_some() {
                     counts.current += 1;
                 }
-                let (listeners, usage) = glance.usage(last.as_ref().map(|l| l.counts.clone()));
+                let last_counts = last.as_ref().map(|l| SocketCounts {
+                    // Unchanged since its dump: its counts hold now.
+                    as_of: if current { Some(now) } else { l.counts.as_of },
+                    ..l.counts.clone()
+                });
+                let (listeners, usage) = glance.usage(last_counts);
                 let pid = pids.get(&inode).copied();
                 let files = &self.tracked[&inode].files;
                 let kernel = if check { files.screen.kernel_counts().ok().flatten() } else { None };
@@ -342,6 +408,18 @@ struct Candidate {
     hot: bool,
     /// When it was last dumped (None: never).
     last: Option<Instant>,
+}
+
+/// Whether a hot namespace that changed since `last`, its last dump, is
+/// dumped this round: if it could be near a ceiling, or its readings could
+/// be off by `HOT_DRIFT_SHARE` of its ports, or its dump is `HOT_PACE` old
+/// (to within half a round, so a 1 s interval dumps every fifth round, not
+/// sixth).
+fn hot_dump_due(glance: &Glance, last: &LastDump, interval: Duration) -> bool {
+    let Some(connects) = glance.connects_since(last) else { return true };
+    glance.could_have_reached(last, connects, NEAR_SHARE)
+        || connects as f64 >= HOT_DRIFT_SHARE * glance.ports_per_destination() as f64
+        || last.at.elapsed() + interval / 2 >= HOT_PACE
 }
 
 /// The round's dumps in order: every hot namespace (all of them, always),
@@ -441,9 +519,83 @@ mod tests {
         }
     }
 
+    /// A last dump of a namespace whose most used destination held `used`
+    /// ports, `age` ago, when its screen read `screen`.
+    fn last_dump(glance: &Glance, used: u32, age: Duration) -> LastDump {
+        let destination = usage::Destination {
+            source: "10.0.0.1".parse().unwrap(),
+            destination: "10.0.0.9:5432".parse().unwrap(),
+            used,
+            established: used,
+            time_wait: 0,
+            exhaustion_seconds: None,
+        };
+        LastDump {
+            key: glance.key(),
+            counts: SocketCounts { destinations: vec![destination], time_wait: 0, as_of: None },
+            at: Instant::now() - age,
+        }
+    }
+
+    #[test]
+    fn a_hot_namespace_below_the_warning_waits_for_its_pace_unless_it_could_be_near_or_has_moved() {
+        // 10,000 ports; one destination held `used` of them 1 s ago.
+        let screen = Screen { in_use: 11_000, minisockets: 0, active_opens: 50_000, passive_opens: 50_000 };
+        let range = (40000, 49999);
+        let was = glance(range, 1_000_000, screen);
+        let second = Duration::from_secs(1);
+        let after = |connects: u64, accepts: u64| {
+            let opens = Screen { active_opens: 50_000 + connects, passive_opens: 50_000 + accepts, ..screen };
+            glance(range, 1_000_000, opens)
+        };
+        let at_55 = last_dump(&was, 5_500, second);
+        // 199 connect()s since: a count off by less than 2% of the ports.
+        // Accepted connections hold no ephemeral port: they do not count.
+        assert!(!hot_dump_due(&after(199, 9_000), &at_55, second));
+        // 200: it could be off by 2%.
+        assert!(hot_dump_due(&after(200, 0), &at_55, second));
+        // At 69%, 99 connect()s cannot reach 70%; 100 could.
+        let at_69 = last_dump(&was, 6_900, second);
+        assert!(!hot_dump_due(&after(99, 0), &at_69, second));
+        assert!(hot_dump_due(&after(100, 0), &at_69, second));
+        // Its pace: a dump 5 s old (to within half a round) is redone.
+        assert!(hot_dump_due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4600)), second));
+        assert!(!hot_dump_due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4400)), second));
+        // Counters that went back (a namespace's never do): read it.
+        let back = Screen { active_opens: 40_000, ..screen };
+        assert!(hot_dump_due(&glance(range, 1_000_000, back), &at_55, second));
+    }
+
+    #[test]
+    fn a_hot_namespace_whose_settings_listeners_or_time_wait_changed_is_dumped_at_once() {
+        let screen = Screen { in_use: 1100, minisockets: 0, active_opens: 5000, passive_opens: 5000 };
+        let was = glance((40000, 40999), 100_000, screen);
+        let last = last_dump(&was, 550, Duration::from_secs(1));
+        let second = Duration::from_secs(1);
+        // A smaller range: 550 of 700 ports.
+        assert!(hot_dump_due(&glance((40000, 40699), 100_000, screen), &last, second));
+        // A new listener in the range.
+        let mut listening = glance((40000, 40999), 100_000, screen);
+        listening.listeners.push(Listener {
+            netns: 1,
+            family: 2,
+            address: "0.0.0.0".parse().unwrap(),
+            port: 40500,
+            cookie: 1,
+            inode: 7,
+            drops: 0,
+            queued: 0,
+            backlog: 128,
+        });
+        assert!(hot_dump_due(&listening, &last, second));
+        // TIME_WAIT at 70% of its ceiling.
+        let tw = glance((40000, 40999), 1000, Screen { minisockets: 700, ..screen });
+        assert!(hot_dump_due(&tw, &last_dump(&glance((40000, 40999), 1000, screen), 550, second), second));
+    }
+
     #[test]
     fn a_namespace_is_hot_when_its_sockets_could_fill_half_a_destinations_ports_or_of_its_time_wait_ceiling() {
-        let sockets = |in_use, minisockets| Screen { in_use, minisockets, opened: 0 };
+        let sockets = |in_use, minisockets| Screen { in_use, minisockets, ..Screen::default() };
         // 10 ports: 5 sockets could all go to one destination.
         assert!(glance((41000, 41009), 100_000, sockets(3, 2)).could_reach(HOT_SHARE));
         assert!(!glance((41000, 41009), 100_000, sockets(2, 2)).could_reach(HOT_SHARE));

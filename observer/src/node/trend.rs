@@ -30,14 +30,17 @@ pub struct PortTrend {
 }
 
 impl PortTrend {
-    /// Keep the `TOP_DESTINATIONS` of each namespace of this sweep (taken
-    /// at `now`), record them and set their `exhaustion_seconds`.
+    /// Keep the `TOP_DESTINATIONS` of each namespace of this sweep (read at
+    /// `now`), record them as of when they held (a namespace waiting for
+    /// its next dump repeats its last counts: not a new sample) and set their
+    /// `exhaustion_seconds`.
     pub fn update(&mut self, now: Instant, sweep: &mut NodeReading) {
         let mut seen = BTreeMap::new();
         for netns in &mut sweep.namespaces {
             let Some(usage) = &mut netns.usage else { continue };
             let limit = usage.settings.ephemeral_ports();
             let Some(counts) = &mut usage.counts else { continue };
+            let as_of = counts.as_of.unwrap_or(now);
             counts.destinations.truncate(TOP_DESTINATIONS);
             for d in &mut counts.destinations {
                 let key = (netns.inode, d.source, d.destination);
@@ -45,7 +48,9 @@ impl PortTrend {
                 while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {
                     samples.pop_front();
                 }
-                samples.push_back((now, d.used));
+                if samples.back().is_none_or(|(at, _)| *at < as_of) {
+                    samples.push_back((as_of, d.used));
+                }
                 d.exhaustion_seconds = estimate(&samples, limit);
                 seen.insert(key, samples);
             }
@@ -82,6 +87,72 @@ mod tests {
         // 10 ports a second, 600 of 1000 used: 40 s left.
         let samples = VecDeque::from([at(t, 0, 500), at(t, 5, 550), at(t, 10, 600)]);
         assert_eq!(estimate(&samples, 1000), Some(40.0));
+    }
+
+    /// A reading of one namespace whose one destination holds `used` of
+    /// 1,000 ports, as of `as_of`.
+    fn reading(used: u32, as_of: Instant) -> NodeReading {
+        use super::super::{NetnsReading, NetnsUsage, settings::NetSettings, usage};
+        let destination = usage::Destination {
+            source: "10.0.0.1".parse().unwrap(),
+            destination: "10.0.0.9:5432".parse().unwrap(),
+            used,
+            established: used,
+            time_wait: 0,
+            exhaustion_seconds: None,
+        };
+        let settings = NetSettings {
+            ip_local_port_range: (40000, 40999),
+            ip_local_reserved_ports: vec![],
+            tcp_fin_timeout: 60,
+            tcp_tw_reuse: 2,
+            somaxconn: 4096,
+            tcp_max_syn_backlog: 128,
+            tcp_max_tw_buckets: 100_000,
+        };
+        let counts = usage::SocketCounts { destinations: vec![destination], time_wait: 0, as_of: Some(as_of) };
+        NodeReading {
+            namespaces: vec![NetnsReading {
+                inode: 1,
+                name: "1".into(),
+                pid: None,
+                listeners: vec![],
+                usage: Some(NetnsUsage {
+                    settings,
+                    port_holders: u64::from(used),
+                    minisockets: 0,
+                    counts: Some(counts),
+                    conntrack: None,
+                }),
+                time_wait_entered: None,
+                listen_overflows: None,
+            }],
+            counts: Default::default(),
+        }
+    }
+
+    fn estimate_of(reading: &NodeReading) -> Option<f64> {
+        reading.namespaces[0].usage.as_ref()?.counts.as_ref()?.destinations[0].exhaustion_seconds
+    }
+
+    #[test]
+    fn counts_repeated_while_a_namespace_waits_for_its_dump_keep_the_time_they_were_taken() {
+        let t = Instant::now();
+        let mut trend = PortTrend::default();
+        let mut update = |secs: u64, used: u32, as_of: u64| {
+            let mut r = reading(used, t + Duration::from_secs(as_of));
+            trend.update(t + Duration::from_secs(secs), &mut r);
+            estimate_of(&r)
+        };
+        update(0, 500, 0);
+        // 10 ports a second: 400 left at 600, 40 s.
+        assert_eq!(update(10, 600, 10), Some(40.0));
+        // The next rounds repeat the dump of 10 s: still 10 a second, not
+        // a flat use (which would say no exhaustion is coming).
+        assert_eq!(update(11, 600, 10), Some(40.0));
+        assert_eq!(update(14, 600, 10), Some(40.0));
+        // Its next dump: 50 more in 5 s.
+        assert_eq!(update(15, 650, 15), Some(35.0));
     }
 
     #[test]

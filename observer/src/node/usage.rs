@@ -56,6 +56,12 @@ pub struct SocketCounts {
     pub destinations: Vec<Destination>,
     /// Sockets in TIME_WAIT (as `ss state time-wait` counts them).
     pub time_wait: u64,
+    /// When these counts were last known to hold: their dump, or a later
+    /// round that found the namespace unchanged since. A namespace waiting
+    /// for its next dump exports its last counts, which the ports' trend
+    /// must date right.
+    #[serde(skip)]
+    pub as_of: Option<std::time::Instant>,
 }
 
 /// Dump the namespace of `diag` (whose `listeners` and `settings` were just
@@ -129,7 +135,7 @@ impl Tally {
         // Most used first; ties in a fixed order, so the top N is stable.
         destinations
             .sort_by(|a, b| b.used.cmp(&a.used).then((a.source, a.destination).cmp(&(b.source, b.destination))));
-        SocketCounts { destinations, time_wait: self.time_wait }
+        SocketCounts { destinations, time_wait: self.time_wait, as_of: Some(std::time::Instant::now()) }
     }
 }
 

@@ -116,7 +116,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     let (warning, _) = Check::EphemeralPorts.thresholds();
     let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
         sweep::once(namespaces, warning, checks::REUSE_WARNING_TIME_WAIT);
-    let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| l.inode)).collect();
+    let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| (l.inode, l.netns))).collect();
     let owners = owners::owners_of_sockets(proc_root, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
     for (inode, listeners, u) in &usages {

@@ -146,9 +146,10 @@ impl ListenerTracker {
         listeners: &[Listener],
         swept: &HashSet<u32>,
         owner_of: impl Fn(&ListenerKey) -> Option<Actor>,
-        owners_by_inode: impl FnOnce(&HashSet<u32>) -> HashMap<u32, Actor>,
+        owners_by_inode: impl FnOnce(&HashMap<u32, u32>) -> HashMap<u32, Actor>,
     ) -> Vec<ListenerDrops> {
-        let mut unknown: HashMap<u32, u64> = HashMap::new();
+        // Inode -> (namespace, cookie).
+        let mut unknown: HashMap<u32, (u32, u64)> = HashMap::new();
         // Listeners that closed after the sweep read them are settled.
         let closed_now = std::mem::take(&mut self.closed_now);
         let listeners: Vec<&Listener> = listeners.iter().filter(|l| !closed_now.contains(&l.cookie)).collect();
@@ -161,13 +162,13 @@ impl ListenerTracker {
                     self.owners.insert(l.cookie, Some(owner));
                 }
                 None => {
-                    unknown.insert(l.inode, l.cookie);
+                    unknown.insert(l.inode, (l.netns, l.cookie));
                 }
             }
         }
         if !unknown.is_empty() {
-            let found = owners_by_inode(&unknown.keys().copied().collect());
-            for (inode, cookie) in unknown {
+            let found = owners_by_inode(&unknown.iter().map(|(inode, (netns, _))| (*inode, *netns)).collect());
+            for (inode, (_, cookie)) in unknown {
                 self.owners.insert(cookie, found.get(&inode).copied());
             }
         }
@@ -386,9 +387,9 @@ mod tests {
         let mut t = ListenerTracker::new(true);
         t.update(Instant::now(), &[], &swept(), |_| None, |_| HashMap::new());
         let lookups = std::cell::Cell::new(0);
-        let by_inode = |inodes: &HashSet<u32>| {
+        let by_inode = |inodes: &HashMap<u32, u32>| {
             lookups.set(lookups.get() + 1);
-            inodes.iter().filter(|i| **i == 104).map(|i| (*i, owner(42))).collect()
+            inodes.keys().filter(|i| **i == 104).map(|i| (*i, owner(42))).collect()
         };
         assert_eq!(t.update(Instant::now(), &[listener(4, 1)], &swept(), |_| None, by_inode)[0].owner.tgid, 42);
         assert_eq!(t.update(Instant::now(), &[listener(4, 3)], &swept(), |_| None, by_inode)[0].owner.tgid, 42);

@@ -1,34 +1,53 @@
 //! Who holds a socket, found through /proc: for sockets opened before
 //! observer started, which the eBPF side never saw being created.
-use std::{
-    collections::{HashMap, HashSet},
-    path::Path,
-};
+use std::{collections::HashMap, path::Path};
 
 use observer_common::{Actor, TASK_COMM_LEN};
 use procfs::process::{FDTarget, all_processes_with_root};
 
-/// For each socket inode of `inodes`, the first process with a file
-/// descriptor on it. One scan of every process's fd table for all of them
-/// (it stops once all are found): call it rarely, callers cache.
-pub fn owners_of_sockets(proc_root: &Path, inodes: &HashSet<u32>) -> HashMap<u32, Actor> {
+use super::netns;
+
+/// For each socket of `wanted` (its inode -> its network namespace's), the
+/// first process of that namespace with a file descriptor on it. One scan of the fd tables
+/// for all of them, of the processes in those namespaces only (each fd is
+/// a readlink: a node's other processes hold thousands), each table read
+/// only while its namespace has sockets left to find, so a server holding
+/// thousands of connections is left once its listener, one of its first
+/// files, is found. A socket held only by a process of another namespace
+/// (passed over a unix socket) stays unnamed. Call it rarely: callers
+/// cache.
+pub fn owners_of_sockets(proc_root: &Path, wanted: &HashMap<u32, u32>) -> HashMap<u32, Actor> {
     let mut found = HashMap::new();
-    if inodes.is_empty() {
+    let mut left: HashMap<u32, usize> = HashMap::new();
+    for netns in wanted.values() {
+        *left.entry(*netns).or_default() += 1;
+    }
+    if left.is_empty() {
         return found;
     }
     let Ok(processes) = all_processes_with_root(proc_root) else { return found };
     for process in processes.flatten() {
+        let ns_path = proc_root.join(process.pid.to_string()).join("ns/net");
+        let Some(netns) = netns::inode(&ns_path) else { continue };
+        if left.get(&netns).is_none_or(|n| *n == 0) {
+            continue;
+        }
         let Ok(fds) = process.fd() else { continue };
         for fd in fds.flatten() {
             let FDTarget::Socket(inode) = fd.target else { continue };
             let Ok(inode) = u32::try_from(inode) else { continue };
-            if inodes.contains(&inode) && !found.contains_key(&inode) {
-                found.insert(inode, actor_of(&process));
-                // Each fd is a readlink: a server holding thousands of
-                // connections listens on one of its first; stop there.
-                if found.len() == inodes.len() {
-                    return found;
-                }
+            if wanted.get(&inode) != Some(&netns) || found.contains_key(&inode) {
+                continue;
+            }
+            found.insert(inode, actor_of(&process));
+            if let Some(n) = left.get_mut(&netns) {
+                *n -= 1;
+            }
+            if found.len() == wanted.len() {
+                return found;
+            }
+            if left.get(&netns).is_none_or(|n| *n == 0) {
+                break;
             }
         }
     }
@@ -41,4 +60,46 @@ fn actor_of(process: &procfs::process::Process) -> Actor {
     let n = comm.len().min(TASK_COMM_LEN - 1);
     actor.comm[..n].copy_from_slice(&comm.as_bytes()[..n]);
     actor
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    /// /proc/`pid` of a process in network namespace `netns` (a file of
+    /// the fake tree: its inode is the namespace's) holding `sockets` as
+    /// fds 3, 4, ...
+    fn fake(root: &Path, pid: u32, netns: &Path, sockets: &[u32]) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        std::fs::create_dir_all(dir.join("ns")).unwrap();
+        std::fs::hard_link(netns, dir.join("ns/net")).unwrap();
+        for (i, inode) in sockets.iter().enumerate() {
+            std::os::unix::fs::symlink(format!("socket:[{inode}]"), dir.join("fd").join((3 + i).to_string())).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_socket_is_named_by_a_process_of_its_own_namespace_only() {
+        let root = std::env::temp_dir().join(format!("observer-owners-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let (a, b) = (root.join("netns-a"), root.join("netns-b"));
+        std::fs::write(&a, "").unwrap();
+        std::fs::write(&b, "").unwrap();
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino() as u32;
+        // Pid 9, in B, holds A's socket 100 too (passed to it): scanned
+        // only for B's socket 200, which it does not hold.
+        fake(&root, 9, &b, &[100, 300]);
+        fake(&root, 10, &a, &[100, 101]);
+        fake(&root, 11, &b, &[200]);
+        let wanted = HashMap::from([(100, ino(&a)), (200, ino(&b)), (400, ino(&a))]);
+        let found = owners_of_sockets(&root, &wanted);
+        let owner = |inode| found.get(&inode).map(|a: &Actor| a.tgid);
+        assert_eq!(owner(100), Some(10), "the holder in its namespace, not pid 9 in another");
+        assert_eq!(owner(200), Some(11));
+        assert_eq!(owner(400), None, "held by no one");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

@@ -105,8 +105,11 @@ fn try_enter(
     let first = iterate(program, &namespaces)?.ok_or_else(|| {
         format!("the network namespaces were not all read within {PASS_LIMIT:?} (a path under /proc that blocks?)")
     })?;
-    let held: HashSet<u32> =
-        first.values().flatten().filter(|s| s.inode != 0).filter_map(|s| u32::try_from(s.inode).ok()).collect();
+    let held: HashMap<u32, u32> = first
+        .iter()
+        .flat_map(|(netns, sockets)| sockets.iter().filter_map(|s| Some((u32::try_from(s.inode).ok()?, *netns))))
+        .filter(|(inode, _)| *inode != 0)
+        .collect();
     let owners = owners::owners_of_sockets(proc_root, &held);
     let listener_owner = |key: &ListenerKey| listeners.get(key, 0).ok();
     let wanted = entries(&first, &owners, listener_owner);

@@ -63,6 +63,11 @@ struct LossLog {
 }
 
 impl LossLog {
+    /// Losses already logged where they happened.
+    fn already_said(lost: &[(&'static str, u64)]) -> Self {
+        Self { reported: lost.iter().copied().collect() }
+    }
+
     /// The maps whose lost updates grew since the last call, with how many
     /// more, each logged.
     fn report(&mut self, lost: &[(&'static str, u64)]) -> Vec<(&'static str, u64)> {
@@ -114,6 +119,7 @@ impl Rounds {
         config: &RunConfig,
     ) -> Self {
         let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
+        let left_out = maps.left_out_at_start;
         let overflows_from_sweep =
             attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag);
         let mut sweeper = Sweeper::new(&config.proc_root, config.max_namespaces, config.interval);
@@ -132,7 +138,11 @@ impl Rounds {
             programs,
             failures: 0,
             time_wait_check: true,
-            lost: LossLog::default(),
+            // The start-up pass logged what it left out.
+            lost: LossLog::already_said(&[
+                (maps::OPEN_CONNECTIONS, left_out.open_connections),
+                (maps::SOCK_OWNERS, left_out.socket_owners),
+            ]),
             listeners_folded_reported: false,
             conntrack_drops: ConntrackDrops::default(),
             connection_limits: config.connection_limits.clone().into(),
@@ -259,7 +269,11 @@ impl Rounds {
                 (maps::TIME_WAIT_BY_NETNS, deltas.lost[lost::TIME_WAIT_BY_NETNS_FULL as usize]),
                 (maps::LISTEN_OVERFLOWS, deltas.lost[lost::LISTEN_OVERFLOWS_FULL as usize]),
                 (maps::CLOSED_LISTENERS, deltas.lost[lost::CLOSED_LISTENERS_FULL as usize]),
-                (maps::OPEN_CONNECTIONS, deltas.lost[lost::OPEN_CONNECTIONS_FULL as usize]),
+                (
+                    maps::OPEN_CONNECTIONS,
+                    deltas.lost[lost::OPEN_CONNECTIONS_FULL as usize] + deltas.left_out_at_start.open_connections,
+                ),
+                (maps::SOCK_OWNERS, deltas.left_out_at_start.socket_owners),
                 (maps::CONNECTIONS, deltas.lost[lost::CONNECTIONS_FULL as usize]),
                 (maps::QUEUED_ENDS, deltas.lost[lost::QUEUED_ENDS_FULL as usize]),
             ],

@@ -117,8 +117,9 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
 
 /// 600 connections held before the daemon starts (1,201 sockets a process
 /// holds, the listener's included) and room for 1,024 owners: the owners
-/// entered at start take at most half the map, and the log says how many
-/// were left out and what to raise. 400 more connections then overflow
+/// entered at start take at most half the map, and the log and
+/// observer_kernel_lost_updates_total say how many were left out (the log
+/// what to raise). 400 more connections then overflow
 /// the map: the evictions count the entries entered at start like the
 /// programs' own (at least 512 + 801 - 1,024; left out of the count of
 /// entries created, they would make the evictions look fewer).
@@ -150,6 +151,10 @@ fn owners_entered_at_start_take_half_the_map_and_count_in_its_evictions() {
     // Every socket the host's processes hold competes for the same room.
     assert!(left_out >= 2 * OLD + 1 - room, "{said}");
     assert!(said.contains("raise --max-sockets"), "{said}");
+    // The metric keeps the number; the log says it once.
+    let lost = sample(&body, "observer_kernel_lost_updates_total", &["observer_map_name=\"SOCK_OWNERS\""]);
+    assert_eq!(lost, Some(left_out), "{body}");
+    assert!(!log.contains("kernel counter updates lost: SOCK_OWNERS"), "{log}");
 
     let new = ns.client_holding(&["--to", "127.0.0.1:8080", "--count", &NEW.to_string()]);
     assert_eq!(new.report.connected, NEW, "{:?}", new.report);

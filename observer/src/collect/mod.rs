@@ -53,9 +53,22 @@ pub struct KernelMaps {
     /// `OPEN_CONNECTIONS` at start (`probes::older`): the open ledger's
     /// opening balance, per key.
     pub older_connections: Vec<(ConnectionKey, u64)>,
+    /// What the start-up pass had no room for (`probes::older`).
+    pub left_out_at_start: LeftOutAtStart,
 }
 
 /// What changed since the previous collection.
+/// Entries the start-up pass over the sockets older than observer could
+/// not write for want of room: its established connections left out of
+/// `OPEN_CONNECTIONS` (not counted open), the owners left out of
+/// `SOCK_OWNERS` (their TIME_WAIT entries count under pid 0). Exported
+/// with the maps' lost updates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeftOutAtStart {
+    pub open_connections: u64,
+    pub socket_owners: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Deltas {
     pub procs: Vec<(ProcKey, ProcCounters)>,
@@ -73,6 +86,8 @@ pub struct Deltas {
     pub reused: Vec<PodKey>,
     /// Kernel-side updates lost to full maps, cumulative, by `lost` slot.
     pub lost: [u64; lost::SLOTS as usize],
+    /// And those the start-up pass could not make (fixed after the start).
+    pub left_out_at_start: LeftOutAtStart,
     /// How full each map is (and, for LRU maps, what they evicted).
     pub map_fill: Vec<MapFill>,
     /// The owner of every listener whose owner is known, by socket cookie.
@@ -424,6 +439,7 @@ impl Collector {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err(maps::LOST))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
+        deltas.left_out_at_start = self.maps.left_out_at_start;
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.check_time_wait(node)?;
         deltas.unseen_time_wait = self.unseen.total();

@@ -532,7 +532,9 @@ pub const KERNEL_LOST_UPDATES: Instrument = Instrument {
     name: "observer.kernel.lost_updates",
     kind: Kind::Counter,
     unit: "{update}",
-    description: "Kernel-side counter updates lost because a map was full (should stay 0)",
+    description: "Kernel map updates lost because the map was full (should stay 0): counter updates, and the \
+                  connections and socket owners from before observer started that OPEN_CONNECTIONS and SOCK_OWNERS \
+                  had no room for",
     attributes: &[MAP],
 };
 

@@ -87,7 +87,8 @@ impl Probes {
         // The trace ring buffer stays at its one page, never written.
         let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, &btf, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
-        maps.older_connections = older::enter(&mut probes._ebpf, &btf, &maps.listeners, &mut maps.lru, proc_root);
+        (maps.older_connections, maps.left_out_at_start) =
+            older::enter(&mut probes._ebpf, &btf, &maps.listeners, &mut maps.lru, proc_root);
         Ok((probes, maps))
     }
 
@@ -286,6 +287,7 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
         },
         open_connections_capacity: max_sockets,
         older_connections: Vec::new(),
+        left_out_at_start: Default::default(),
         closed_listeners: take::<Queue<_, _>>(ebpf, maps::CLOSED_LISTENERS)?,
         queued_ends: take::<Queue<_, _>>(ebpf, maps::QUEUED_ENDS)?,
         listeners: take::<AyaHashMap<_, _, _>>(ebpf, maps::LISTENERS)?,

@@ -47,7 +47,7 @@ use observer_common::{
 use tracing::{info, warn};
 
 use crate::{
-    collect::LruMaps,
+    collect::{LeftOutAtStart, LruMaps},
     node::{netns, owners},
 };
 
@@ -64,24 +64,26 @@ const BPF_NOEXIST: u64 = 1;
 /// Enter every namespace's established connections that no program follows
 /// into `OPEN_CONNECTIONS`, and count them per key; and the owners of the
 /// sockets processes hold into `SOCK_OWNERS` (`lru`, which keeps how many
-/// it was given). Never fails the start: where the iterator cannot run (no
-/// BTF, before Linux 5.9), the log says what is left out.
+/// it was given); and how many of each it had no room for, logged here and
+/// exported with the maps' lost updates. Never fails the start: where the
+/// iterator cannot run (no BTF, before Linux 5.9), the log says what is
+/// left out.
 pub fn enter(
     ebpf: &mut Ebpf,
     btf: &Btf,
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
     lru: &mut LruMaps,
     proc_root: &Path,
-) -> Opening {
+) -> (Opening, LeftOutAtStart) {
     match try_enter(ebpf, btf, listeners, lru, proc_root) {
-        Ok(opening) => opening,
+        Ok(entered) => entered,
         Err(reason) => {
             warn!(
                 "the sockets opened before observer started are left out: their connections are not counted open \
                  (observer_tcp_connections_open leaves them out until they end) and their TIME_WAIT entries name \
                  no process (pid 0): {reason}"
             );
-            Vec::new()
+            (Vec::new(), LeftOutAtStart::default())
         }
     }
 }
@@ -92,7 +94,7 @@ fn try_enter(
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
     lru: &mut LruMaps,
     proc_root: &Path,
-) -> Result<Opening, String> {
+) -> Result<(Opening, LeftOutAtStart), String> {
     let started = std::time::Instant::now();
     let namespaces = netns::all(proc_root);
     let program: &mut Iter = ebpf
@@ -186,7 +188,8 @@ fn try_enter(
              raise --max-sockets"
         );
     }
-    Ok(counted.into_iter().collect())
+    let left_out = LeftOutAtStart { open_connections: full, socket_owners: owners_left_out };
+    Ok((counted.into_iter().collect(), left_out))
 }
 
 /// Enter each owner in `SOCK_OWNERS` where no program entered one, in at

@@ -69,19 +69,21 @@ fn node_with_sockets(cycles: u64) -> Netns {
     ns
 }
 
-fn namespaces(body: &str, reading: &str) -> u64 {
-    sample(body, "observer_network_namespace_usage", &[&format!("observer_reading=\"{reading}\"")]).unwrap_or(u64::MAX)
+/// How many namespaces the last round read as `reading`; None when the
+/// scrape has no such series.
+fn namespaces(body: &str, reading: &str) -> Option<u64> {
+    sample(body, "observer_network_namespace_usage", &[&format!("observer_reading=\"{reading}\"")])
 }
 
 /// Until every pod's ports equal `ss` and no namespace waits; the body.
 fn until_all_exact(daemon: &Daemon, pods: &[Pod]) -> String {
     let body = scrape_until(daemon, Duration::from_secs(60), |body| {
-        namespaces(body, "deferred") == 0 && pods.iter().all(|p| p.observer_ports(body) == Some(p.ss_ports()))
+        namespaces(body, "deferred") == Some(0) && pods.iter().all(|p| p.observer_ports(body) == Some(p.ss_ports()))
     });
     for (i, pod) in pods.iter().enumerate() {
         assert_eq!(pod.observer_ports(&body), Some(pod.ss_ports()), "pod {i}: {}", pod.ns.ss_all());
     }
-    assert_eq!(namespaces(&body, "deferred"), 0);
+    assert_eq!(namespaces(&body, "deferred"), Some(0));
     body
 }
 
@@ -120,7 +122,7 @@ fn a_namespace_near_its_port_ceiling_is_read_at_once_while_changed_ones_wait() {
     let pods: Vec<Pod> = (0..40).map(|_| Pod::new()).collect();
     let mut trickles: Vec<Child> = pods.iter().map(|p| trickle(&p.ns, "127.0.0.1:8080", 600, "60s")).collect();
     let daemon = start_daemon(&[]);
-    scrape_until(&daemon, Duration::from_secs(30), |body| namespaces(body, "deferred") > 0);
+    scrape_until(&daemon, Duration::from_secs(30), |body| namespaces(body, "deferred").is_some_and(|n| n > 0));
 
     // A namespace taking the ports of a 10-port range, one every 300 ms.
     let hot = Pod::new();
@@ -135,10 +137,13 @@ fn a_namespace_near_its_port_ceiling_is_read_at_once_while_changed_ones_wait() {
     // Read while it fills: once all 10 are taken, observer says 10 while
     // cold namespaces are still waiting their turn.
     let body = scrape_until(&daemon, Duration::from_secs(20), |body| {
-        hot.observer_ports(body) == Some(10) && namespaces(body, "deferred") > 0
+        hot.observer_ports(body) == Some(10) && namespaces(body, "deferred").is_some_and(|n| n > 0)
     });
     assert_eq!(hot.observer_ports(&body), Some(hot.ss_ports()), "{}", hot.ns.ss_all());
-    assert!(namespaces(&body, "deferred") > 0, "the busy pods were all read: the test proves nothing");
+    assert!(
+        namespaces(&body, "deferred").is_some_and(|n| n > 0),
+        "the busy pods were all read: the test proves nothing"
+    );
     let _ = client.kill();
     let _ = client.wait();
     for t in &mut trickles {
@@ -165,7 +170,7 @@ fn a_hot_namespace_is_read_at_its_own_pace_below_the_warning_and_every_round_nea
     // other namespace changes here but the host's, which is cold and
     // read first (a round always reads one cold namespace).
     let mut slow = trickle(&pod.ns, "127.0.0.1:8080", 20, "10s");
-    let waiting = |body: &str| sample(body, "observer_network_namespace_usage", &["observer_reading=\"deferred\""]);
+    let waiting = |body: &str| namespaces(body, "deferred");
     let body = scrape_until(&daemon, Duration::from_secs(15), |body| waiting(body).is_some_and(|n| n > 0));
     assert!(waiting(&body).is_some_and(|n| n > 0), "read every round it changed: {body}");
 
@@ -211,19 +216,19 @@ fn files_held_in_each_namespace_close_when_it_goes_and_the_bound_is_counted() {
     // (A namespace of an earlier test may still be going: its files are
     // held a round after it went.)
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        namespaces(b, "current") == found as u64 && held_namespaces(pid) == found
+        namespaces(b, "current") == Some(found as u64) && held_namespaces(pid) == found
     });
-    assert_eq!(namespaces(&body, "unread"), 0, "{body}");
+    assert_eq!(namespaces(&body, "unread"), Some(0), "{body}");
     assert_eq!(held_namespaces(pid), found);
 
     // Four more than there was room for two of.
     let pods: Vec<Pod> = (0..4).map(|_| Pod::new()).collect();
     // (Read in turn: they may wait a round or two, as deferred.)
     let body = scrape_until(&daemon, Duration::from_secs(10), |b| {
-        namespaces(b, "unread") == 2 && namespaces(b, "deferred") == 0
+        namespaces(b, "unread") == Some(2) && namespaces(b, "deferred") == Some(0)
     });
-    assert_eq!(namespaces(&body, "unread"), 2, "{body}");
-    assert_eq!(namespaces(&body, "current"), found as u64 + 2, "{body}");
+    assert_eq!(namespaces(&body, "unread"), Some(2), "{body}");
+    assert_eq!(namespaces(&body, "current"), Some(found as u64 + 2), "{body}");
     assert!(daemon.log().contains("raise it to read them"), "{}", daemon.log());
     assert_eq!(held_namespaces(pid), found + 2);
 
@@ -231,7 +236,7 @@ fn files_held_in_each_namespace_close_when_it_goes_and_the_bound_is_counted() {
     // listen overflows of a namespace gone is still read).
     drop(pods);
     scrape_until(&daemon, Duration::from_secs(10), |b| {
-        namespaces(b, "current") == found as u64 && held_namespaces(pid) == found
+        namespaces(b, "current") == Some(found as u64) && held_namespaces(pid) == found
     });
     assert_eq!(held_namespaces(pid), found);
 }

@@ -286,6 +286,38 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    24-38 ms and the 40 ms goal; the rounds have grown since (the
    connection ledger, lifetimes and handshakes of issue 19 came after
    run 7), not yet profiled.
+14. **2026-12-04, the round profiled and paced (issue 16)**: perf of the
+   release daemon at 1 s, one namespace of ~99k sockets (96k TIME_WAIT
+   toward three destinations, each at 51% of its ports, 2,500 held, a
+   trickle of new connections), no pod namespaces: 81% of the round was
+   the one full sock_diag dump of that namespace, redone every round
+   since it was hot (a destination at half its ports) and changing (39%
+   of the round the kernel's own walk of the hash), 8% walking the LRU
+   maps' keys one syscall each, 6% the readdirs of /proc/PID/fd. Three
+   changes: a hot namespace is dumped every round only while it could be
+   near a ceiling (its last dump's most used destination plus the
+   connect()s since, ActiveOpens, at 70% or more: the warning), else once
+   those connect()s could have moved a count by 2% of its ports, and at
+   least every 5 s (the ports' trend dates each reading by its dump); an
+   LRU map's entries are created - removed - evicted while that stays
+   more than 128 x (CPUs + 1) below its capacity (the kernel's LRU evicts
+   only when its free lists run dry), walked every 10th round and near
+   the capacity; owners through /proc are looked for only among the
+   processes of the sockets' own namespaces. A/B on one scene, binaries
+   alternated (CPU per round): 45 and 48 ms -> 43 and 46 ms (LRU), and
+   with 110 pod namespaces 84 -> 55 ms (pace). Two `--sweep-only` runs
+   after all three: the daemon at 13, 18-19, 32-37 ms per round (0, 25,
+   110 namespaces, ~99k sockets), 33-36 ms at 10k and 46-77 ms at 299k
+   sockets (110 namespaces; nine destinations at half their ports there).
+   doctor, one reading and so no pace: 44-61 ms on the 0-namespace scene
+   where it took 102-113 ms before (a host listener whose holder lives
+   outside this pid namespace made every fd of every process a readlink);
+   `--sweep-only` read 52-68, 65-80, 82-112 ms at 0, 25, 110 namespaces,
+   over the goal: one walk of the node (~30 ms at 100k) plus, per
+   namespace, a setns and a dozen files opened. This machine's speed
+   varies between runs by up to half (item 13's run against the table's):
+   compare within a run. The table above is the last full run's, from
+   before these changes.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -8,14 +8,14 @@ use procfs::process::{FDTarget, all_processes_with_root};
 use super::netns;
 
 /// For each socket of `wanted` (its inode -> its network namespace's), the
-/// first process of that namespace with a file descriptor on it. One scan of the fd tables
-/// for all of them, of the processes in those namespaces only (each fd is
-/// a readlink: a node's other processes hold thousands), each table read
-/// only while its namespace has sockets left to find, so a server holding
-/// thousands of connections is left once its listener, one of its first
-/// files, is found. A socket held only by a process of another namespace
-/// (passed over a unix socket) stays unnamed. Call it rarely: callers
-/// cache.
+/// first process of that namespace with a file descriptor on it. One scan
+/// of the fd tables for all of them, of the processes in those namespaces
+/// only (each fd is a readlink: a node's other processes hold thousands),
+/// each table read only while its namespace has sockets left to find, so a
+/// server holding thousands of connections is left once its listener, one
+/// of its first files, is found. A socket held only by a process of
+/// another namespace (passed over a unix socket) stays unnamed. Call it
+/// rarely: callers cache.
 pub fn owners_of_sockets(proc_root: &Path, wanted: &HashMap<u32, u32>) -> HashMap<u32, Actor> {
     let mut found = HashMap::new();
     let mut left: HashMap<u32, usize> = HashMap::new();

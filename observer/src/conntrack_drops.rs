@@ -61,15 +61,7 @@ mod tests {
     use crate::node::{NetnsReading, NetnsUsage, conntrack::Conntrack, settings::NetSettings};
 
     fn reading(tables: &[(u32, [u64; 3])]) -> NodeReading {
-        let settings = NetSettings {
-            ip_local_port_range: (32768, 60999),
-            ip_local_reserved_ports: Vec::new(),
-            tcp_fin_timeout: 60,
-            tcp_tw_reuse: 2,
-            somaxconn: 4096,
-            tcp_max_syn_backlog: 512,
-            tcp_max_tw_buckets: 262_144,
-        };
+        let settings = NetSettings::with_range((32768, 60999), 262_144);
         NodeReading {
             namespaces: tables
                 .iter()

@@ -118,20 +118,29 @@ fn parse_port_list(s: &str) -> Vec<(u16, u16)> {
     s.split(',').map(str::trim).filter(|p| !p.is_empty()).filter_map(parse_range).collect()
 }
 
+/// Settings for tests: the port range and TIME_WAIT ceiling given, the
+/// rest Linux's defaults.
+#[cfg(test)]
+impl NetSettings {
+    pub fn with_range(range: (u16, u16), tcp_max_tw_buckets: u32) -> Self {
+        NetSettings {
+            ip_local_port_range: range,
+            ip_local_reserved_ports: Vec::new(),
+            tcp_fin_timeout: 60,
+            tcp_tw_reuse: 2,
+            somaxconn: 4096,
+            tcp_max_syn_backlog: 1024,
+            tcp_max_tw_buckets,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn settings(range: (u16, u16), reserved: &str) -> NetSettings {
-        NetSettings {
-            ip_local_port_range: range,
-            ip_local_reserved_ports: parse_port_list(reserved),
-            tcp_fin_timeout: 60,
-            tcp_tw_reuse: 2,
-            somaxconn: 4096,
-            tcp_max_syn_backlog: 1024,
-            tcp_max_tw_buckets: 65536,
-        }
+        NetSettings { ip_local_reserved_ports: parse_port_list(reserved), ..NetSettings::with_range(range, 65536) }
     }
 
     #[test]

@@ -142,20 +142,6 @@ impl Glance {
             || self.time_wait_reaches(share)
     }
 
-    /// The connect()s since `last`, this namespace's last dump
-    /// (ActiveOpens): a socket comes to hold an ephemeral port toward a
-    /// destination only through one (an accepted one has its listener's
-    /// port), so no destination's count can have grown by more. None when
-    /// that dump's reading no longer applies (other settings or listeners,
-    /// or a counter gone back).
-    fn connects_since(&self, last: &LastDump) -> Option<u64> {
-        let was = &last.key;
-        if was.settings != self.settings || was.listened != self.key().listened {
-            return None;
-        }
-        self.screen.active_opens.checked_sub(was.screen.active_opens)
-    }
-
     /// Whether some destination could have come to hold `share` of its
     /// ports since `last`: the most used one then plus `connects` since,
     /// or TIME_WAIT `share` of its ceiling.
@@ -199,6 +185,21 @@ struct DumpKey {
     screen: Screen,
     settings: NetSettings,
     listened: Vec<u16>,
+}
+
+impl DumpKey {
+    /// The connect()s since `was`, the key of the namespace's last dump
+    /// (ActiveOpens): a socket comes to hold an ephemeral port toward a
+    /// destination only through one (an accepted one has its listener's
+    /// port), so no destination's count can have grown by more. None when
+    /// that dump's reading no longer applies (other settings or listeners,
+    /// or a counter gone back).
+    fn connects_since(&self, was: &DumpKey) -> Option<u64> {
+        if was.settings != self.settings || was.listened != self.listened {
+            return None;
+        }
+        self.screen.active_opens.checked_sub(was.screen.active_opens)
+    }
 }
 
 struct LastDump {
@@ -296,7 +297,7 @@ impl Sweeper {
             if stale {
                 let hot = glance.could_reach(HOT_SHARE);
                 match &tracked.last {
-                    Some(last) if hot && !hot_dump_due(&glance, last, self.interval) => {
+                    Some(last) if hot && !hot_dump_due(&glance, &key, last, self.interval) => {
                         deferred.insert(inode);
                     }
                     last => candidates.push(Candidate { inode, hot, last: last.as_ref().map(|l| l.at) }),
@@ -415,8 +416,8 @@ struct Candidate {
 /// be off by `HOT_DRIFT_SHARE` of its ports, or its dump is `HOT_PACE` old
 /// (to within half a round, so a 1 s interval dumps every fifth round, not
 /// sixth).
-fn hot_dump_due(glance: &Glance, last: &LastDump, interval: Duration) -> bool {
-    let Some(connects) = glance.connects_since(last) else { return true };
+fn hot_dump_due(glance: &Glance, key: &DumpKey, last: &LastDump, interval: Duration) -> bool {
+    let Some(connects) = key.connects_since(&last.key) else { return true };
     glance.could_have_reached(last, connects, NEAR_SHARE)
         || connects as f64 >= HOT_DRIFT_SHARE * glance.ports_per_destination() as f64
         || last.at.elapsed() + interval / 2 >= HOT_PACE
@@ -503,36 +504,20 @@ mod tests {
     }
 
     fn glance(range: (u16, u16), tw_buckets: u32, screen: Screen) -> Glance {
-        Glance {
-            listeners: Vec::new(),
-            settings: NetSettings {
-                ip_local_port_range: range,
-                ip_local_reserved_ports: vec![],
-                tcp_fin_timeout: 60,
-                tcp_tw_reuse: 2,
-                somaxconn: 4096,
-                tcp_max_syn_backlog: 128,
-                tcp_max_tw_buckets: tw_buckets,
-            },
-            screen,
-            conntrack: None,
-        }
+        Glance { listeners: Vec::new(), settings: NetSettings::with_range(range, tw_buckets), screen, conntrack: None }
+    }
+
+    /// `hot_dump_due` with the glance's own key, as the sweep passes it.
+    fn due(glance: &Glance, last: &LastDump, interval: Duration) -> bool {
+        hot_dump_due(glance, &glance.key(), last, interval)
     }
 
     /// A last dump of a namespace whose most used destination held `used`
     /// ports, `age` ago, when its screen read `screen`.
     fn last_dump(glance: &Glance, used: u32, age: Duration) -> LastDump {
-        let destination = usage::Destination {
-            source: "10.0.0.1".parse().unwrap(),
-            destination: "10.0.0.9:5432".parse().unwrap(),
-            used,
-            established: used,
-            time_wait: 0,
-            exhaustion_seconds: None,
-        };
         LastDump {
             key: glance.key(),
-            counts: SocketCounts { destinations: vec![destination], time_wait: 0, as_of: None },
+            counts: SocketCounts { destinations: vec![usage::Destination::held(used)], time_wait: 0, as_of: None },
             at: Instant::now() - age,
         }
     }
@@ -551,19 +536,19 @@ mod tests {
         let at_55 = last_dump(&was, 5_500, second);
         // 199 connect()s since: a count off by less than 2% of the ports.
         // Accepted connections hold no ephemeral port: they do not count.
-        assert!(!hot_dump_due(&after(199, 9_000), &at_55, second));
+        assert!(!due(&after(199, 9_000), &at_55, second));
         // 200: it could be off by 2%.
-        assert!(hot_dump_due(&after(200, 0), &at_55, second));
+        assert!(due(&after(200, 0), &at_55, second));
         // At 69%, 99 connect()s cannot reach 70%; 100 could.
         let at_69 = last_dump(&was, 6_900, second);
-        assert!(!hot_dump_due(&after(99, 0), &at_69, second));
-        assert!(hot_dump_due(&after(100, 0), &at_69, second));
+        assert!(!due(&after(99, 0), &at_69, second));
+        assert!(due(&after(100, 0), &at_69, second));
         // Its pace: a dump 5 s old (to within half a round) is redone.
-        assert!(hot_dump_due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4600)), second));
-        assert!(!hot_dump_due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4400)), second));
+        assert!(due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4600)), second));
+        assert!(!due(&after(1, 0), &last_dump(&was, 5_500, Duration::from_millis(4400)), second));
         // Counters that went back (a namespace's never do): read it.
         let back = Screen { active_opens: 40_000, ..screen };
-        assert!(hot_dump_due(&glance(range, 1_000_000, back), &at_55, second));
+        assert!(due(&glance(range, 1_000_000, back), &at_55, second));
     }
 
     #[test]
@@ -573,7 +558,7 @@ mod tests {
         let last = last_dump(&was, 550, Duration::from_secs(1));
         let second = Duration::from_secs(1);
         // A smaller range: 550 of 700 ports.
-        assert!(hot_dump_due(&glance((40000, 40699), 100_000, screen), &last, second));
+        assert!(due(&glance((40000, 40699), 100_000, screen), &last, second));
         // A new listener in the range.
         let mut listening = glance((40000, 40999), 100_000, screen);
         listening.listeners.push(Listener {
@@ -587,10 +572,10 @@ mod tests {
             queued: 0,
             backlog: 128,
         });
-        assert!(hot_dump_due(&listening, &last, second));
+        assert!(due(&listening, &last, second));
         // TIME_WAIT at 70% of its ceiling.
         let tw = glance((40000, 40999), 1000, Screen { minisockets: 700, ..screen });
-        assert!(hot_dump_due(&tw, &last_dump(&glance((40000, 40999), 1000, screen), 550, second), second));
+        assert!(due(&tw, &last_dump(&glance((40000, 40999), 1000, screen), 550, second), second));
     }
 
     #[test]

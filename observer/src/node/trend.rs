@@ -93,24 +93,9 @@ mod tests {
     /// 1,000 ports, as of `as_of`.
     fn reading(used: u32, as_of: Instant) -> NodeReading {
         use super::super::{NetnsReading, NetnsUsage, settings::NetSettings, usage};
-        let destination = usage::Destination {
-            source: "10.0.0.1".parse().unwrap(),
-            destination: "10.0.0.9:5432".parse().unwrap(),
-            used,
-            established: used,
-            time_wait: 0,
-            exhaustion_seconds: None,
-        };
-        let settings = NetSettings {
-            ip_local_port_range: (40000, 40999),
-            ip_local_reserved_ports: vec![],
-            tcp_fin_timeout: 60,
-            tcp_tw_reuse: 2,
-            somaxconn: 4096,
-            tcp_max_syn_backlog: 128,
-            tcp_max_tw_buckets: 100_000,
-        };
-        let counts = usage::SocketCounts { destinations: vec![destination], time_wait: 0, as_of: Some(as_of) };
+        let settings = NetSettings::with_range((40000, 40999), 100_000);
+        let destinations = vec![usage::Destination::held(used)];
+        let counts = usage::SocketCounts { destinations, time_wait: 0, as_of: Some(as_of) };
         NodeReading {
             namespaces: vec![NetnsReading {
                 inode: 1,

@@ -139,6 +139,22 @@ impl Tally {
     }
 }
 
+/// A destination for tests: 10.0.0.1 -> 10.0.0.9:5432, `used` ports held
+/// by connections open.
+#[cfg(test)]
+impl Destination {
+    pub fn held(used: u32) -> Self {
+        Destination {
+            source: "10.0.0.1".parse().unwrap(),
+            destination: "10.0.0.9:5432".parse().unwrap(),
+            used,
+            established: used,
+            time_wait: 0,
+            exhaustion_seconds: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,15 +180,7 @@ mod tests {
 
     #[test]
     fn ports_are_counted_per_destination_within_the_range_only() {
-        let settings = NetSettings {
-            ip_local_port_range: (40000, 40009),
-            ip_local_reserved_ports: vec![],
-            tcp_fin_timeout: 60,
-            tcp_tw_reuse: 2,
-            somaxconn: 4096,
-            tcp_max_syn_backlog: 128,
-            tcp_max_tw_buckets: 1000,
-        };
+        let settings = NetSettings::with_range((40000, 40009), 1000);
         let sockets = [
             sock(ESTABLISHED, "10.0.0.1:40000", "10.0.0.9:5432"),
             sock(TIME_WAIT, "10.0.0.1:40001", "10.0.0.9:5432"),

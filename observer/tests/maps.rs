@@ -22,6 +22,13 @@ fn lru_fill(body: &str, map: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     )
 }
 
+/// The ESTABLISHED connections of the host's network namespace (`ss`).
+fn host_established() -> u64 {
+    let out = std::process::Command::new("ss").args(["-Htn", "state", "established"]).output().expect("ss runs");
+    assert!(out.status.success(), "ss: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count() as u64
+}
+
 /// 2000 connections held open, both ends owned by a process: 4001 sockets
 /// (with the listener) whose owner SOCK_OWNERS must remember, in a map
 /// sized 1024 by --max-sockets. At least 4001 - 1024 were evicted, and no
@@ -35,11 +42,13 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     const CAPACITY: u64 = 1024;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let daemon = start_daemon(&["--max-sockets", &CAPACITY.to_string()]);
-    // The host's connections older than the daemon, which it entered in
-    // OPEN_CONNECTIONS at start (none on a quiet host): their entries are
-    // not the test's.
-    let body = scrape_until(&daemon, Duration::from_secs(20), |b| lru_fill(b, "OPEN_CONNECTIONS").0.is_some());
-    let older = lru_fill(&body, "OPEN_CONNECTIONS").0.expect("OPEN_CONNECTIONS usage exported");
+    // The host's connections open now (none on a quiet host), each holding
+    // an entry of OPEN_CONNECTIONS the test's do not get: `ss`, neither a
+    // scrape (a round that ran while a scrape's connection was open counts
+    // it) nor the start-up pass's count (start_daemon's first scrape may
+    // be open then): both once made this test wait for 2 entries that were
+    // never left.
+    let older = host_established();
     let ns = Netns::new();
     ns.sysctl("net.ipv4.ip_local_port_range", "20000 60999");
     let server = ns.serve(&["--listen", "127.0.0.1:8080", "--hold", "--backlog", "4096"]);
@@ -92,9 +101,11 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
         lost(b).is_some_and(|n| n >= connections - room) && followed(b) >= room && open(b) == Some(older)
     });
-    assert_eq!(lost(&body), Some(connections - room), "{body}");
-    assert_eq!(followed(&body), room, "{body}");
-    assert_eq!(lru_fill(&body, "OPEN_CONNECTIONS"), (Some(older), Some(CAPACITY), None), "{body}");
+    let (lost, followed, fill) = (lost(&body), followed(&body), lru_fill(&body, "OPEN_CONNECTIONS"));
+    let seen = format!("{older} older, lost {lost:?}, followed {followed}, fill {fill:?}");
+    assert_eq!(lost, Some(connections - room), "{seen}: {body}");
+    assert_eq!(followed, room, "{seen}: {body}");
+    assert_eq!(fill, (Some(older), Some(CAPACITY), None), "{seen}: {body}");
     let log = daemon.log();
     assert!(log.contains("OPEN_CONNECTIONS") && log.contains("raise --max-sockets"), "{log}");
 

@@ -2,11 +2,33 @@
 use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
+    sync::atomic::{AtomicU32, Ordering},
 };
 
-/// A port nobody listens on now (the kernel's choice).
+/// A port of 127.0.0.1 nothing is bound to now, below the kernel's
+/// ephemeral range (net.ipv4.ip_local_port_range). The kernel's own choice
+/// (port 0) comes from that range, where any connect() on the host may take
+/// it between this call and the caller's bind: a test daemon once failed to
+/// start so ("Address already in use"). Below the range only an explicit
+/// bind can; the ports are handed out in turn from a per-process start, so
+/// two threads of one test binary do not get the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    const LOWEST: u32 = 10_000;
+    static TAKEN: AtomicU32 = AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOWEST).max(1);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let port = LOWEST + start.wrapping_add(TAKEN.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).expect("a port below the ephemeral range");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 between {LOWEST} and the ephemeral range's start ({ephemeral})");
 }
 
 /// One `GET /metrics` on 127.0.0.1:`port`: the whole response, if 200.

@@ -79,6 +79,7 @@ mod tests {
                     }),
                     time_wait_entered: None,
                     listen_overflows: None,
+                    quiet_established: None,
                 })
                 .collect(),
             counts: Default::default(),

@@ -75,6 +75,14 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     );
     assert_eq!(obs.connection_counts(storm_pid, OUTBOUND, PORT).established, 11_200);
     assert_eq!(obs.connection_counts(server.pid(), INBOUND, PORT).established, 12_000);
+    // observer's own check agrees: once the namespace is quiet, its 24,000
+    // ESTABLISHED sockets are the ledger's (no start or end missed, in
+    // this namespace or any other the check found quiet meanwhile).
+    let inode = netns_inode(&ns);
+    let checks = |o: &Observer| o.connection_checks.get(&inode).copied().unwrap_or(0);
+    collect_until(&mut obs, |o| checks(o) >= 1);
+    assert!(checks(&obs) >= 1, "the quiet namespace never checked: {:?}", obs.connection_checks);
+    assert_eq!(obs.unseen_connections, Some(0), "checks per namespace: {:?}", obs.connection_checks);
 
     // The burst ends: its connections close (the server's side sees each
     // FIN: they leave ESTABLISHED there too).
@@ -89,7 +97,47 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     );
     let closed: u64 = obs.connection_counts(storm_pid, OUTBOUND, PORT).closed.iter().sum();
     assert_eq!(closed, 11_200, "every connection of the burst counted closed once");
+    // Quiet again after 11,200 ends: checked again, still whole.
+    let before = checks(&obs);
+    collect_until(&mut obs, |o| checks(o) > before);
+    assert!(checks(&obs) > before, "not checked after the burst: {:?}", obs.connection_checks);
+    assert_eq!(obs.unseen_connections, Some(0), "checks per namespace: {:?}", obs.connection_checks);
     drop(pool);
+}
+
+fn netns_inode(ns: &Netns) -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    u32::try_from(std::fs::metadata(ns.path()).unwrap().ino()).unwrap()
+}
+
+/// A connection start the programs missed cannot be made on purpose, so
+/// the fault is injected where the daemon's check reads its ledger: one
+/// of the namespace's 20 connections hidden. The check, against the
+/// namespace's ESTABLISHED sockets once it is quiet, counts it once,
+/// however many times it is checked while the connection lasts.
+#[test]
+fn a_connection_the_ledger_missed_is_counted_as_unseen() {
+    use common::daemon::{scrape_until, start_daemon_with_env};
+    use observer_testing::http::sample;
+    const HELD: u64 = 20;
+    let ns = Netns::new();
+    let to = "127.0.0.1:5435";
+    let server = ns.serve(&["--listen", to, "--hold"]);
+    let inode = netns_inode(&ns).to_string();
+    let daemon = start_daemon_with_env(&[], &[("FAILPOINTS", &format!("connection-unseen=return({inode})"))]);
+    let unseen = |b: &str| sample(b, "observer_kernel_unseen_events_total", &["observer_event=\"connection\""]);
+    let client = ns.client_holding(&["--to", to, "--count", &HELD.to_string()]);
+    assert_eq!(client.report.connected, HELD, "{:?}", client.report);
+    assert_eq!(ns.established("sport = :5435", Some(server.pid())), HELD, "ss");
+    let body = scrape_until(&daemon, std::time::Duration::from_secs(20), |b| unseen(b).is_some_and(|n| n > 0));
+    assert_eq!(unseen(&body), Some(1), "{body}");
+    // A connect() refused changes the namespace (ActiveOpens), so it is
+    // dumped and, quiet again, checked again, the hidden connection still
+    // open: still one.
+    let refused = ns.client(&["--to", "127.0.0.1:5999", "--count", "1"]);
+    assert_eq!(refused.errors("ECONNREFUSED"), 1, "{refused:?}");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(unseen(&daemon.scrape()), Some(1), "{}", daemon.log());
 }
 
 /// Connections held for known times (the client closes each after it):

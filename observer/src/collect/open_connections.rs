@@ -54,6 +54,16 @@ impl OpenConnections {
         self.open.iter().map(|(k, n)| (k, *n))
     }
 
+    /// The connections followed now per network namespace (the sockets'
+    /// own).
+    pub fn by_netns(&self) -> HashMap<u32, u64> {
+        let mut by_netns = HashMap::new();
+        for (key, n) in &self.open {
+            *by_netns.entry(key.netns).or_default() += n;
+        }
+        by_netns
+    }
+
     /// The connections followed now (the entries of `OPEN_CONNECTIONS`).
     pub fn total(&self) -> u64 {
         self.open.values().sum()

@@ -553,13 +553,16 @@ pub const KERNEL_UNSEEN_EVENTS: Instrument = Instrument {
     kind: Kind::Counter,
     unit: "{event}",
     description: "Events the kernel counted that observer's programs never ran for, with no skipped run \
-                  reported, each namespace's own count against observer's, checked every 10 rounds. When not 0, \
-                  those counts are short by this many.",
+                  reported, each namespace's own count against observer's. When not 0, those counts are short \
+                  by this many.",
     attributes: &[&[Attribute {
         key: "observer.event",
         ty: Type::String,
-        meaning: "`time_wait_entry` (against TcpExtTW + TcpExtTWKilled), `listen_overflow` (against \
-                  TcpExtListenOverflows, where programs count overflows)",
+        meaning: "`time_wait_entry` (against TcpExtTW + TcpExtTWKilled, every 10 rounds), `listen_overflow` \
+                  (against TcpExtListenOverflows, where programs count overflows, likewise), `connection` (a \
+                  connection whose start or end was missed: the namespace's ESTABLISHED sockets against \
+                  observer.tcp.connection.usage's ledger, at a moment nothing in it changed; off once a map \
+                  lost a connection update, counted apart)",
     }]],
 };
 

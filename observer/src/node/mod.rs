@@ -41,6 +41,10 @@ pub struct NetnsReading {
     pub time_wait_entered: Option<u64>,
     /// Its count of listen overflows, likewise.
     pub listen_overflows: Option<u64>,
+    /// Its ESTABLISHED sockets at last round's dump, when nothing of it
+    /// changed since (`sweep::Settling`): what observer's ledger of open
+    /// connections, read between the two, must hold for it.
+    pub quiet_established: Option<u64>,
 }
 
 /// A namespace's ceilings and what it uses of them.

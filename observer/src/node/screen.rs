@@ -48,6 +48,26 @@ pub struct Screen {
     pub passive_opens: u64,
 }
 
+/// A namespace's TCP segments so far (snmp's InSegs, OutSegs, RetransSegs
+/// and OutRsts). The same traffic and the same screen at two readings mean
+/// no socket of the namespace changed state between them: every change
+/// sends or receives a segment (a connect, an accept, a FIN, a reset), but
+/// a timer's close of a connection that gave up, which unhashes the socket
+/// (`in_use` moves). Kept apart from `Screen`, which decides dumps: a
+/// connection carrying data is no reason to dump its namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Traffic {
+    segments: [u64; 4],
+}
+
+/// Traffic of `n` segments in all, for tests.
+#[cfg(test)]
+impl Traffic {
+    pub fn segments(n: u64) -> Self {
+        Traffic { segments: [n, 0, 0, 0] }
+    }
+}
+
 /// A namespace's own counts of what observer's programs count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelCounts {
@@ -73,7 +93,9 @@ impl ScreenFiles {
         Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp, netstat })
     }
 
-    pub fn read(&self) -> io::Result<Screen> {
+    /// The screen, and the namespace's traffic so far where changes are
+    /// followed (`Traffic`).
+    pub fn read(&self) -> io::Result<(Screen, Option<Traffic>)> {
         let sockstat = read_text(&self.sockstat)?;
         let (in_use, minisockets) =
             sockstat_tcp(&sockstat, "TCP:").ok_or_else(|| invalid(format!("sockstat: no TCP line in `{sockstat}`")))?;
@@ -81,18 +103,19 @@ impl ScreenFiles {
             Some(file) => sockstat_tcp(&read_text(file)?, "TCP6:").map_or(0, |(in_use, _)| in_use),
             None => 0,
         };
-        let (active_opens, passive_opens) = match &self.snmp {
+        let (active_opens, passive_opens, traffic) = match &self.snmp {
             Some(file) => {
                 // procfs parses snmp; a seq file must be read from its start.
                 let mut snmp = file;
                 snmp.rewind()?;
                 let snmp = procfs::net::Snmp::from_buf_read(BufReader::new(snmp))
                     .map_err(|e| invalid(format!("snmp: {e}")))?;
-                (snmp.tcp_active_opens, snmp.tcp_passive_opens)
+                let segments = [snmp.tcp_in_segs, snmp.tcp_out_segs, snmp.tcp_retrans_segs, snmp.tcp_out_rsts];
+                (snmp.tcp_active_opens, snmp.tcp_passive_opens, Some(Traffic { segments }))
             }
-            None => (0, 0),
+            None => (0, 0, None),
         };
-        Ok(Screen { in_use: in_use + in_use6, minisockets, active_opens, passive_opens })
+        Ok((Screen { in_use: in_use + in_use6, minisockets, active_opens, passive_opens }, traffic))
     }
 
     /// The namespace's own counts that observer checks its programs'

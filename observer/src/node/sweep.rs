@@ -38,7 +38,7 @@ use super::{
     NetnsReading, NetnsUsage, NodeReading,
     conntrack::{self, Conntrack, ConntrackFiles},
     netns,
-    screen::{Screen, ScreenFiles},
+    screen::{Screen, ScreenFiles, Traffic},
     settings::{NetSettings, SettingsFiles},
     sock_diag::{DiagSocket, Listener},
     usage::{self, SocketCounts},
@@ -107,10 +107,14 @@ impl NetnsFiles {
 
     /// The cheap parts: listeners, settings, screen, conntrack table.
     pub fn glance(&mut self, inode: u32) -> io::Result<Glance> {
+        let listeners = self.diag.listeners(inode)?;
+        let settings = self.settings.read()?;
+        let (screen, traffic) = self.screen.read()?;
         Ok(Glance {
-            listeners: self.diag.listeners(inode)?,
-            settings: self.settings.read()?,
-            screen: self.screen.read()?,
+            listeners,
+            settings,
+            screen,
+            traffic,
             // A table that cannot be read leaves out its gauges only.
             conntrack: self.conntrack.as_ref().and_then(|files| {
                 files.read().map_err(|e| tracing::debug!(netns = inode, error = %e, "conntrack table unread")).ok()
@@ -129,6 +133,8 @@ pub struct Glance {
     pub listeners: Vec<Listener>,
     pub settings: NetSettings,
     pub screen: Screen,
+    /// None where changes are not followed (doctor).
+    pub traffic: Option<Traffic>,
     pub conntrack: Option<Conntrack>,
 }
 
@@ -211,6 +217,26 @@ struct LastDump {
 struct Tracked {
     files: NetnsFiles,
     last: Option<LastDump>,
+    /// Its last dump, if that was last round's, waiting to be found quiet.
+    settling: Option<Settling>,
+}
+
+/// A dump's count of ESTABLISHED sockets and the namespace's key and
+/// traffic when it was taken: the same key and traffic a round later mean
+/// no socket changed state between the two readings, so the count still
+/// held when the collector read the kernel's maps in between.
+struct Settling {
+    key: DumpKey,
+    traffic: Traffic,
+    established: u64,
+}
+
+impl Settling {
+    /// Whether nothing changed between its reading and this one (`key`,
+    /// `traffic`): no socket changed state.
+    fn still_holds(&self, key: &DumpKey, traffic: Option<Traffic>) -> bool {
+        Some(self.traffic) == traffic && self.key == *key
+    }
 }
 
 /// How the namespaces of one sweep were read.
@@ -284,12 +310,17 @@ impl Sweeper {
         let mut glanced = BTreeMap::new();
         let mut candidates = Vec::new();
         let mut deferred = BTreeSet::new();
+        let mut quiet_established = BTreeMap::new();
         for (&inode, tracked) in &mut self.tracked {
             let Ok(glance) = tracked.files.glance(inode) else {
                 counts.unread += 1;
                 continue;
             };
             let key = glance.key();
+            let settled = tracked.settling.take().filter(|s| s.still_holds(&key, glance.traffic));
+            if let Some(settled) = settled {
+                quiet_established.insert(inode, settled.established);
+            }
             let stale = match &tracked.last {
                 None => true,
                 Some(last) => last.key != key || last.at.elapsed() > MAX_AGE,
@@ -354,6 +385,7 @@ impl Sweeper {
                     usage: Some(usage),
                     time_wait_entered: kernel.filter(|_| self.check_time_wait).map(|k| k.time_wait_entered),
                     listen_overflows: kernel.filter(|_| self.check_overflows).map(|k| k.listen_overflows),
+                    quiet_established: quiet_established.get(&inode).copied(),
                 }
             })
             .collect();
@@ -388,7 +420,7 @@ impl Sweeper {
         self.skipped = skipped;
         let (opened, failed) = open_in_each(new.into_iter().take(room).collect());
         for (inode, files) in opened {
-            self.tracked.insert(inode, Tracked { files, last: None });
+            self.tracked.insert(inode, Tracked { files, last: None, settling: None });
         }
         (skipped + failed) as u64
     }
@@ -436,6 +468,8 @@ fn dump_order(mut candidates: Vec<Candidate>) -> (Vec<u32>, Vec<u32>) {
 fn dump(inode: u32, tracked: &mut Tracked, glance: &Glance, key: DumpKey) -> bool {
     match tracked.files.dump(glance) {
         Ok(counts) => {
+            tracked.settling =
+                glance.traffic.map(|traffic| Settling { key: key.clone(), traffic, established: counts.established });
             tracked.last = Some(LastDump { key, counts, at: Instant::now() });
             true
         }
@@ -504,7 +538,13 @@ mod tests {
     }
 
     fn glance(range: (u16, u16), tw_buckets: u32, screen: Screen) -> Glance {
-        Glance { listeners: Vec::new(), settings: NetSettings::with_range(range, tw_buckets), screen, conntrack: None }
+        Glance {
+            listeners: Vec::new(),
+            settings: NetSettings::with_range(range, tw_buckets),
+            screen,
+            traffic: None,
+            conntrack: None,
+        }
     }
 
     /// `hot_dump_due` with the glance's own key, as the sweep passes it.
@@ -517,7 +557,12 @@ mod tests {
     fn last_dump(glance: &Glance, used: u32, age: Duration) -> LastDump {
         LastDump {
             key: glance.key(),
-            counts: SocketCounts { destinations: vec![usage::Destination::held(used)], time_wait: 0, as_of: None },
+            counts: SocketCounts {
+                destinations: vec![usage::Destination::held(used)],
+                time_wait: 0,
+                as_of: None,
+                established: 0,
+            },
             at: Instant::now() - age,
         }
     }
@@ -576,6 +621,21 @@ mod tests {
         // TIME_WAIT at 70% of its ceiling.
         let tw = glance((40000, 40999), 1000, Screen { minisockets: 700, ..screen });
         assert!(due(&tw, &last_dump(&glance((40000, 40999), 1000, screen), 550, second), second));
+    }
+
+    #[test]
+    fn a_dumps_established_count_holds_only_while_no_segment_moved_and_the_screen_is_the_same() {
+        let screen = Screen { in_use: 10, minisockets: 0, active_opens: 5, passive_opens: 5 };
+        let at_dump = glance((40000, 40999), 1000, screen);
+        let settling = Settling { key: at_dump.key(), traffic: Traffic::segments(100), established: 8 };
+        assert!(settling.still_holds(&at_dump.key(), Some(Traffic::segments(100))));
+        // One segment: a FIN, say, that took a connection out of ESTABLISHED.
+        assert!(!settling.still_holds(&at_dump.key(), Some(Traffic::segments(101))));
+        // A timer's close sends nothing but unhashes the socket.
+        let closed = glance((40000, 40999), 1000, Screen { in_use: 9, ..screen });
+        assert!(!settling.still_holds(&closed.key(), Some(Traffic::segments(100))));
+        // No traffic read: nothing known.
+        assert!(!settling.still_holds(&at_dump.key(), None));
     }
 
     #[test]

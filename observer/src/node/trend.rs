@@ -95,7 +95,7 @@ mod tests {
         use super::super::{NetnsReading, NetnsUsage, settings::NetSettings, usage};
         let settings = NetSettings::with_range((40000, 40999), 100_000);
         let destinations = vec![usage::Destination::held(used)];
-        let counts = usage::SocketCounts { destinations, time_wait: 0, as_of: Some(as_of) };
+        let counts = usage::SocketCounts { destinations, time_wait: 0, as_of: Some(as_of), established: 0 };
         NodeReading {
             namespaces: vec![NetnsReading {
                 inode: 1,
@@ -111,6 +111,7 @@ mod tests {
                 }),
                 time_wait_entered: None,
                 listen_overflows: None,
+                quiet_established: None,
             }],
             counts: Default::default(),
         }

@@ -62,6 +62,10 @@ pub struct SocketCounts {
     /// must date right.
     #[serde(skip)]
     pub as_of: Option<std::time::Instant>,
+    /// Sockets in ESTABLISHED, whatever their port (what observer's ledger
+    /// of open connections is checked against, `collect::unseen_connections`).
+    #[serde(skip)]
+    pub established: u64,
 }
 
 /// Dump the namespace of `diag` (whose `listeners` and `settings` were just
@@ -85,6 +89,7 @@ struct Tally {
     excluded: FastSet<u16>,
     per_destination: FastMap<(IpAddr, SocketAddr), Held>,
     time_wait: u64,
+    established: u64,
 }
 
 /// The sockets holding ports toward one destination.
@@ -100,12 +105,14 @@ impl Tally {
         let (low, high) = settings.ip_local_port_range;
         let excluded =
             (low..=high).filter(|p| !settings.is_ephemeral(*p)).chain(listeners.iter().map(|l| l.port)).collect();
-        Self { range: (low, high), excluded, per_destination: FastMap::default(), time_wait: 0 }
+        Self { range: (low, high), excluded, per_destination: FastMap::default(), time_wait: 0, established: 0 }
     }
 
     fn add(&mut self, s: &TcpSocket) {
-        if s.state == TIME_WAIT {
-            self.time_wait += 1;
+        match s.state {
+            TIME_WAIT => self.time_wait += 1,
+            ESTABLISHED => self.established += 1,
+            _ => {}
         }
         let port = s.local.port();
         if (self.range.0..=self.range.1).contains(&port) && !self.excluded.contains(&port) {
@@ -135,7 +142,12 @@ impl Tally {
         // Most used first; ties in a fixed order, so the top N is stable.
         destinations
             .sort_by(|a, b| b.used.cmp(&a.used).then((a.source, a.destination).cmp(&(b.source, b.destination))));
-        SocketCounts { destinations, time_wait: self.time_wait, as_of: Some(std::time::Instant::now()) }
+        SocketCounts {
+            destinations,
+            time_wait: self.time_wait,
+            as_of: Some(std::time::Instant::now()),
+            established: self.established,
+        }
     }
 }
 
@@ -208,5 +220,7 @@ mod tests {
             .collect();
         assert_eq!(got, [("10.0.0.9:5432".to_string(), 3, 1, 1), ("10.0.0.9:80".to_string(), 1, 1, 0)]);
         assert_eq!(counts.time_wait, 1);
+        // Every ESTABLISHED socket, in the range or not.
+        assert_eq!(counts.established, 4);
     }
 }

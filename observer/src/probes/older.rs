@@ -83,7 +83,7 @@ pub fn enter(
                  (observer_tcp_connections_open leaves them out until they end) and their TIME_WAIT entries name \
                  no process (pid 0): {reason}"
             );
-            (Vec::new(), LeftOutAtStart::default())
+            (Vec::new(), LeftOutAtStart { unread: true, ..LeftOutAtStart::default() })
         }
     }
 }
@@ -188,7 +188,7 @@ fn try_enter(
              raise --max-sockets"
         );
     }
-    let left_out = LeftOutAtStart { open_connections: full, socket_owners: owners_left_out };
+    let left_out = LeftOutAtStart { open_connections: full, socket_owners: owners_left_out, unread: second.is_none() };
     Ok((counted.into_iter().collect(), left_out))
 }
 

@@ -75,6 +75,11 @@ pub struct Observer {
     open_connections: Vec<(ConnectionKey, u64)>,
     /// Kernel updates lost to full maps, by `lost` slot (cumulative).
     lost: Vec<u64>,
+    /// Connections whose start or end the programs missed, by the check
+    /// of the ledger against quiet namespaces, and the checks it made per
+    /// namespace (cumulative).
+    pub unseen_connections: Option<u64>,
+    pub connection_checks: HashMap<u32, u64>,
 }
 
 /// The attach mode of the kernel tests: `auto`, or the one the kernel
@@ -105,6 +110,8 @@ impl Observer {
             connections: HashMap::new(),
             open_connections: Vec::new(),
             lost: Vec::new(),
+            unseen_connections: None,
+            connection_checks: HashMap::new(),
         }
     }
 
@@ -134,6 +141,8 @@ impl Observer {
         }
         self.open_connections = d.open_connections;
         self.lost = d.lost.to_vec();
+        self.unseen_connections = d.unseen_connections;
+        self.connection_checks = d.connection_checks;
     }
 
     /// Kernel updates lost to full maps so far, by `lost` slot.

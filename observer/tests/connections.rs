@@ -85,7 +85,11 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     assert_eq!(obs.unseen_connections, Some(0), "checks per namespace: {:?}", obs.connection_checks);
 
     // The burst ends: its connections close (the server's side sees each
-    // FIN: they leave ESTABLISHED there too).
+    // FIN: they leave ESTABLISHED there too). Checks are counted from
+    // before the close: rounds run only when the test collects, so every
+    // check after this is of the namespace quiet after its ends, the
+    // first included.
+    let before = checks(&obs);
     storm.close();
     collect_until(&mut obs, |o| o.open_connections(server.pid(), INBOUND, PORT) <= 800);
     let truth = (ns.established(&dport, Some(pool_pid)), ns.established(&sport, Some(server.pid())));
@@ -98,7 +102,6 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     let closed: u64 = obs.connection_counts(storm_pid, OUTBOUND, PORT).closed.iter().sum();
     assert_eq!(closed, 11_200, "every connection of the burst counted closed once");
     // Quiet again after 11,200 ends: checked again, still whole.
-    let before = checks(&obs);
     collect_until(&mut obs, |o| checks(o) > before);
     assert!(checks(&obs) > before, "not checked after the burst: {:?}", obs.connection_checks);
     assert_eq!(obs.unseen_connections, Some(0), "checks per namespace: {:?}", obs.connection_checks);

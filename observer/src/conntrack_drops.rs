@@ -83,6 +83,7 @@ mod tests {
                 })
                 .collect(),
             counts: Default::default(),
+            on_node: Default::default(),
         }
     }
 

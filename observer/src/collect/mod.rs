@@ -195,8 +195,7 @@ impl Collector {
     /// each namespace's pod, from a process in it (asked once).
     fn attribute(&mut self, deltas: &mut Deltas, node: &NodeReading, now: Instant) {
         self.held.release_into(deltas);
-        let read: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
-        self.namespace_pods.retain(|inode, _| read.contains(inode));
+        self.namespace_pods.retain(|inode, _| node.on_node.contains(inode));
         let namespaces: Vec<(u32, u32)> = node
             .namespaces
             .iter()
@@ -531,8 +530,9 @@ impl Collector {
         {
             *followed = followed.saturating_sub(1);
         }
-        let present: HashSet<u32> = node.namespaces.iter().map(|n| n.inode).collect();
-        self.ledger_check.forget_absent(|netns| present.contains(&netns));
+        // Only namespaces that left the node: one unread for a round keeps
+        // its difference, which its next check would otherwise count again.
+        self.ledger_check.forget_absent(|netns| node.on_node.contains(&netns));
         self.ledger_check.update(&quiet, &ledger);
     }
 

@@ -15,6 +15,8 @@ pub mod sweep;
 pub mod trend;
 pub mod usage;
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 use settings::NetSettings;
 use sock_diag::Listener;
@@ -70,6 +72,11 @@ pub struct NetnsUsage {
 pub struct NodeReading {
     pub namespaces: Vec<NetnsReading>,
     pub counts: SweepCounts,
+    /// Every namespace found on the node this round, read or not (a
+    /// namespace whose files failed to read for a round, or one beyond
+    /// `--max-namespaces`, is still there): what a check that keeps a
+    /// namespace's state across rounds may forget is only what is not.
+    pub on_node: BTreeSet<u32>,
 }
 
 impl NodeReading {

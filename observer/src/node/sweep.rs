@@ -301,6 +301,7 @@ impl Sweeper {
         let check = (self.check_time_wait || self.check_overflows) && self.rounds % KERNEL_CHECK_EVERY == 1;
         let now = Instant::now();
         let found = netns::all(&self.proc_root);
+        let on_node = found.keys().copied().collect();
         let pids: BTreeMap<u32, u32> =
             found.iter().filter_map(|(inode, path)| Some((*inode, netns::pid_of(path)?))).collect();
         counts.unread += self.track(found);
@@ -389,7 +390,7 @@ impl Sweeper {
                 }
             })
             .collect();
-        NodeReading { namespaces, counts }
+        NodeReading { namespaces, counts, on_node }
     }
 
     /// A namespace's own count of listen overflows now (TcpExtListenOverflows),
@@ -517,6 +518,18 @@ pub fn once(namespaces: BTreeMap<u32, PathBuf>, share: f64, time_wait: u64) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_left_unread_is_still_on_the_node() {
+        // No room to read any: this process's namespace is found, not read,
+        // and a check keeping its state must not take it for gone.
+        let mut sweeper = Sweeper::new(Path::new("/proc"), 0, Duration::from_secs(1));
+        let reading = sweeper.sweep();
+        let own = netns::inode(Path::new("/proc/self/ns/net")).expect("this process's namespace");
+        assert!(reading.namespaces.is_empty(), "{:?}", reading.namespaces);
+        assert!(reading.on_node.contains(&own), "{own} not in {:?}", reading.on_node);
+        assert!(reading.counts.unread >= 1, "{:?}", reading.counts);
+    }
 
     fn candidate(inode: u32, hot: bool, last: Option<Instant>) -> Candidate {
         Candidate { inode, hot, last }

@@ -114,6 +114,7 @@ mod tests {
                 quiet_established: None,
             }],
             counts: Default::default(),
+            on_node: Default::default(),
         }
     }
 

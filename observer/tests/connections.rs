@@ -108,6 +108,61 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     drop(pool);
 }
 
+/// The same storm against the default backlog (128), as a real server
+/// meets it: SYNs and last ACKs dropped by the full queue delay handshakes
+/// by seconds, and once in such runs one connection's start went uncounted
+/// on both sides with nothing reported (issue 19). Whatever the gauges
+/// miss of what `ss` shows, observer's own check of its ledger against the
+/// quiet namespace's ESTABLISHED sockets counts: exact, or the shortfall
+/// is `observer_kernel_unseen_events_total{observer_event="connection"}`.
+#[test]
+fn a_storm_at_the_default_backlog_is_exact_or_what_it_misses_is_counted() {
+    const STORM_PORT: u16 = 5436;
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let to = format!("127.0.0.1:{STORM_PORT}");
+    let server = ns.serve_with_open_files_limit(NOFILE, &["--listen", &to, "--hold"]);
+    let pool = ns.client_holding_with_open_files_limit(NOFILE, &["--to", &to, "--count", "800"]);
+    assert_eq!(pool.report.connected, 800, "{:?}", pool.report);
+    let storm = ns.client_holding_with_open_files_limit(NOFILE, &["--to", &to, "--count", "11200"]);
+    assert_eq!(storm.report.connected, 11_200, "{:?}", storm.report);
+    let sport = format!("sport = :{STORM_PORT}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while ns.established(&sport, Some(server.pid())) < 12_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let dport = format!("dport = :{STORM_PORT}");
+    let truth = [
+        ns.established(&dport, Some(pool.pid())),
+        ns.established(&dport, Some(storm.pid())),
+        ns.established(&sport, Some(server.pid())),
+    ];
+    assert_eq!(truth, [800, 11_200, 12_000], "ss");
+    // Checked once all is quiet: rounds run only when the test collects,
+    // so the first check from here is of the namespace after its last
+    // handshake (a dump, then a round with no segment), missed
+    // connections or not.
+    let inode = netns_inode(&ns);
+    let checks = |o: &Observer| o.connection_checks.get(&inode).copied().unwrap_or(0);
+    let before = checks(&obs);
+    collect_until(&mut obs, |o| checks(o) > before);
+    assert!(checks(&obs) > before, "the quiet namespace never checked: {:?}", obs.connection_checks);
+    let seen = [
+        obs.open_connections(pool.pid(), OUTBOUND, STORM_PORT),
+        obs.open_connections(storm.pid(), OUTBOUND, STORM_PORT),
+        obs.open_connections(server.pid(), INBOUND, STORM_PORT),
+    ];
+    assert!(seen.iter().zip(&truth).all(|(s, t)| s <= t), "never more than ss: {seen:?} against {truth:?}");
+    let missed: u64 = truth.iter().sum::<u64>() - seen.iter().sum::<u64>();
+    assert_eq!(
+        obs.unseen_connections,
+        Some(missed),
+        "open (pool, storm, listener) {seen:?} against ss {truth:?}; checks {:?}; lost {:?}",
+        obs.connection_checks,
+        obs.lost()
+    );
+}
+
 fn netns_inode(ns: &Netns) -> u32 {
     use std::os::unix::fs::MetadataExt as _;
     u32::try_from(std::fs::metadata(ns.path()).unwrap().ino()).unwrap()

@@ -119,7 +119,7 @@ impl Rounds {
         config: &RunConfig,
     ) -> Self {
         let attributor = Attributor::new(&config.proc_root, config.cgroup_root.clone(), config.pod_logs.clone());
-        let left_out = maps.left_out_at_start;
+        let left_out = maps.left_out_at_start.clone();
         let overflows_from_sweep =
             attachments.iter().any(|a| a.hook == hooks::LISTEN_OVERFLOW && a.mode == Mode::SockDiag);
         let mut sweeper = Sweeper::new(&config.proc_root, config.max_namespaces, config.interval);

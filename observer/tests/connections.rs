@@ -328,6 +328,88 @@ fn a_restarted_daemon_exports_the_pool_it_found_open() {
     assert!(daemon.log().contains("established before observer started"), "{}", daemon.log());
 }
 
+/// A namespace that blocks the start-up pass (a failpoint holds its read
+/// past the pass's 5 s) costs only itself and those read after it: the
+/// pools held before the start in a namespace read before it count open,
+/// equal to `ss`; the blocked one's are left out, the log says how many
+/// namespaces were read, and its ledger, short by its pool, is never
+/// checked against its ESTABLISHED sockets (checked, it would count the
+/// pool's two ends as unseen), while the namespace read still is.
+#[test]
+fn a_namespace_the_start_up_pass_cannot_read_in_time_leaves_out_only_itself_and_those_after_it() {
+    use common::daemon::{scrape_until, start_daemon_with_env};
+    use observer_testing::http::sample;
+    const POOL: u64 = 30;
+    const BLOCKED_PORT: u16 = 5437;
+    let mut namespaces = [Netns::new(), Netns::new()];
+    namespaces.sort_by_key(netns_inode);
+    let [read, blocked] = &namespaces;
+    let to = format!("127.0.0.1:{BLOCKED_PORT}");
+    let pools: Vec<_> = namespaces
+        .iter()
+        .map(|ns| {
+            let server = ns.serve(&["--listen", &to, "--hold"]);
+            let pool = ns.client_holding(&["--to", &to, "--count", &POOL.to_string()]);
+            assert_eq!(pool.report.connected, POOL, "{:?}", pool.report);
+            (server, pool)
+        })
+        .collect();
+    let ((read_server, read_pool), (_, blocked_pool)) = (&pools[0], &pools[1]);
+    let failpoint = format!("older-pass-blocks=return({})", netns_inode(blocked));
+    let daemon = start_daemon_with_env(&[], &[("FAILPOINTS", &failpoint), ("RUST_LOG", "observer=debug")]);
+    let port = BLOCKED_PORT.to_string();
+    let usage = |body: &str, pid: u32, direction: &str| {
+        let labels = [
+            format!("process_pid=\"{pid}\""),
+            format!("observer_connection_direction=\"{direction}\""),
+            format!("server_port=\"{port}\""),
+        ];
+        sample(body, "observer_tcp_connection_usage", &labels.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let body = scrape_until(&daemon, std::time::Duration::from_secs(30), |b| {
+        usage(b, read_pool.pid(), "outbound").is_some() && usage(b, read_server.pid(), "inbound").is_some()
+    });
+    let ss = |ns: &Netns, filter: &str, pid: u32| Some(ns.established(filter, Some(pid)));
+    assert_eq!(
+        (usage(&body, read_pool.pid(), "outbound"), usage(&body, read_server.pid(), "inbound")),
+        (
+            ss(read, &format!("dport = :{port}"), read_pool.pid()),
+            ss(read, &format!("sport = :{port}"), read_server.pid())
+        ),
+        "the namespace read before the blocked one: {body}"
+    );
+    assert_eq!(usage(&body, read_pool.pid(), "outbound"), Some(POOL));
+    assert_eq!(ss(blocked, &format!("dport = :{port}"), blocked_pool.pid()), Some(POOL), "ss");
+    assert!(usage(&body, blocked_pool.pid(), "outbound").unwrap_or(0) == 0, "the blocked pool counted: {body}");
+    let log = daemon.log();
+    assert!(
+        log.contains("the start-up pass read the connections older than observer in") && log.contains("not within 5s"),
+        "{log}"
+    );
+
+    // Each namespace changes (a refused connect()), is dumped, then found
+    // quiet (the debug log says so of each): the one read is checked,
+    // exact; the blocked one is not.
+    let unseen = |b: &str| sample(b, "observer_kernel_unseen_events_total", &["observer_event=\"connection\""]);
+    let said_after = |from: usize, what: &str| daemon.log().lines().skip(from).any(|l| l.contains(what));
+    let from = daemon.log().lines().count();
+    for ns in [read, blocked] {
+        let refused = ns.client(&["--to", "127.0.0.1:5999", "--count", "1"]);
+        assert_eq!(refused.errors("ECONNREFUSED"), 1, "{refused:?}");
+    }
+    let checked = format!("ledger of open connections checked netns={} established={}", netns_inode(read), 2 * POOL);
+    let not_checked =
+        format!("not checked: the start-up pass did not read the namespace netns={}", netns_inode(blocked));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !(said_after(from, &checked) && said_after(from, &not_checked)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let log = daemon.log();
+    assert!(said_after(from, &checked), "the namespace read never checked quiet: {log}");
+    assert!(said_after(from, &not_checked), "the blocked namespace never found quiet: {log}");
+    assert_eq!(unseen(&daemon.scrape()), Some(0), "{log}");
+}
+
 /// Handshakes timed from the SYN: toward one port the namespace's firewall
 /// drops the first two SYNs of every connection (1 s, then 2 s more before
 /// the SYN that passes), toward another none. Each handshake lands in the

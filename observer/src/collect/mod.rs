@@ -11,7 +11,7 @@ mod overflow_ledger;
 mod unseen;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -64,13 +64,15 @@ pub struct KernelMaps {
 /// `OPEN_CONNECTIONS` (not counted open), the owners left out of
 /// `SOCK_OWNERS` (their TIME_WAIT entries count under pid 0). Exported
 /// with the maps' lost updates.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeftOutAtStart {
     pub open_connections: u64,
     pub socket_owners: u64,
-    /// The pass could not read them all (no TCP iterator, or not in time):
-    /// the connections among them are not followed, unnumbered.
-    pub unread: bool,
+    /// The namespaces whose sockets the pass could not read (no TCP
+    /// iterator, or not in time): the connections among them are not
+    /// followed, unnumbered, so their ledgers are never checked. Those
+    /// gone from the node are dropped (an inode can be reused).
+    pub unread: BTreeSet<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -453,9 +455,9 @@ impl Collector {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err(maps::LOST))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
-        deltas.left_out_at_start = self.maps.left_out_at_start;
-        self.check_ledger(node, ledger_before, &deltas.lost);
-        deltas.unseen_connections = (!self.maps.left_out_at_start.unread).then(|| self.ledger_check.total());
+        let checked = self.check_ledger(node, ledger_before, &deltas.lost);
+        deltas.unseen_connections = checked.then(|| self.ledger_check.total());
+        deltas.left_out_at_start = self.maps.left_out_at_start.clone();
         deltas.connection_checks = self.ledger_check.checks().clone();
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.check_time_wait(node)?;
@@ -505,20 +507,36 @@ impl Collector {
     /// Check the ledger of open connections, as of the last round's read,
     /// against the ESTABLISHED sockets of each namespace found quiet since
     /// (`ledger_check.rs`), while it can be whole: every older connection
-    /// read at start and entered, and no update it is made of lost (each
-    /// loss counted apart).
-    fn check_ledger(&mut self, node: &NodeReading, ledger: HashMap<u32, u64>, lost: &[u64]) {
-        let left_out = self.maps.left_out_at_start;
-        let whole = !left_out.unread
-            && left_out.open_connections == 0
+    /// the start-up pass read entered, and no update it is made of lost
+    /// (each loss counted apart); never in a namespace whose older
+    /// connections the pass could not read. Whether checks can be made.
+    fn check_ledger(&mut self, node: &NodeReading, ledger: HashMap<u32, u64>, lost: &[u64]) -> bool {
+        let left_out = &mut self.maps.left_out_at_start;
+        left_out.unread.retain(|netns| node.on_node.contains(netns));
+        let whole = left_out.open_connections == 0
             && [lost::OPEN_CONNECTIONS_FULL, lost::CONNECTIONS_FULL, lost::QUEUED_ENDS_FULL]
                 .iter()
                 .all(|&slot| lost[slot as usize] == 0);
         if !whole {
-            return;
+            return false;
         }
-        let quiet: HashMap<u32, u64> =
-            node.namespaces.iter().filter_map(|n| Some((n.inode, n.quiet_established?))).collect();
+        let unread = &self.maps.left_out_at_start.unread;
+        let quiet: HashMap<u32, u64> = node
+            .namespaces
+            .iter()
+            .filter_map(|n| Some((n.inode, n.quiet_established?)))
+            .filter(|(netns, established)| {
+                let checked = !unread.contains(netns);
+                if !checked {
+                    tracing::debug!(
+                        netns,
+                        established,
+                        "the ledger of open connections not checked: the start-up pass did not read the namespace"
+                    );
+                }
+                checked
+            })
+            .collect();
         #[allow(unused_mut, reason = "the failpoint changes it")]
         let mut ledger = ledger;
         // The fault the check exists for, injected: the programs missed
@@ -534,6 +552,7 @@ impl Collector {
         // its difference, which its next check would otherwise count again.
         self.ledger_check.forget_absent(|netns| node.on_node.contains(&netns));
         self.ledger_check.update(&quiet, &ledger);
+        true
     }
 
     /// In the rounds whose reading has each namespace's own count of listen

@@ -56,22 +56,37 @@ pub fn host(proc_root: &Path) -> Option<u32> {
     inode(&proc_root.join("1/ns/net")).or_else(|| inode(Path::new("/proc/self/ns/net")))
 }
 
-/// `in_each_namespace`, given at most `limit`: None if it has not finished
-/// by then (a namespace path that blocks on open, a stalled /proc), the
-/// worker left behind where it hangs. For work the daemon's start waits on.
+/// `in_each_namespace`, given at most `limit`: what it returned for the
+/// namespaces it entered by then, in order, and whether it went through
+/// them all. A namespace path that blocks on open, or a namespace slow to
+/// read, costs only itself and those after it; the worker is left behind
+/// where it hangs, what it returns later dropped. For work the daemon's
+/// start waits on.
 pub fn in_each_namespace_within<T: Send + 'static>(
     namespaces: BTreeMap<u32, PathBuf>,
     limit: std::time::Duration,
     f: impl Fn(u32) -> Option<T> + Send + 'static,
-) -> Option<Vec<T>> {
-    let (done, result) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("observer-netns-start".into())
-        .spawn(move || {
-            let _ = done.send(in_each_namespace(namespaces, f));
+) -> (Vec<T>, bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let (send, receive) = std::sync::mpsc::channel();
+    let worker = std::thread::Builder::new().name("observer-netns-start".into()).spawn(move || {
+        enter_each(namespaces, |inode| {
+            if let Some(value) = f(inode) {
+                let _ = send.send(value);
+            }
         })
-        .ok()?;
-    result.recv_timeout(limit).ok()
+    });
+    let mut read = Vec::new();
+    if worker.is_err() {
+        return (read, false);
+    }
+    loop {
+        match receive.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(value) => read.push(value),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return (read, true),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return (read, false),
+        }
+    }
 }
 
 /// Run `f` inside each network namespace (by inode and a path that opens
@@ -84,17 +99,24 @@ pub fn in_each_namespace<T: Send + 'static>(
 ) -> Vec<T> {
     let worker = std::thread::Builder::new().name("observer-netns".into()).spawn(move || {
         let mut all = Vec::new();
-        for (inode, path) in namespaces {
-            let Ok(file) = File::open(&path) else { continue };
-            if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
-                continue;
-            }
-            all.extend(f(inode));
-        }
+        enter_each(namespaces, |inode| all.extend(f(inode)));
         all
     });
     match worker {
         Ok(handle) => handle.join().unwrap_or_default(),
         Err(_) => Vec::new(),
+    }
+}
+
+/// Enter each namespace in turn on the calling thread (which must be one
+/// of ours, made for it) and call `each` there; a namespace that vanished
+/// is skipped.
+fn enter_each(namespaces: BTreeMap<u32, PathBuf>, mut each: impl FnMut(u32)) {
+    for (inode, path) in namespaces {
+        let Ok(file) = File::open(&path) else { continue };
+        if setns(file.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+            continue;
+        }
+        each(inode);
     }
 }

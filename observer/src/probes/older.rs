@@ -55,8 +55,8 @@ use crate::{
 pub type Opening = Vec<(ConnectionKey, u64)>;
 
 /// How long each pass over the namespaces may take before the start goes
-/// on without it (a namespace that blocks on open must not keep the
-/// daemon from serving).
+/// on without the namespaces it has not read by then (a namespace that
+/// blocks on open must not keep the daemon from serving).
 const PASS_LIMIT: Duration = Duration::from_secs(5);
 
 const BPF_NOEXIST: u64 = 1;

@@ -163,6 +163,18 @@ fn a_storm_at_the_default_backlog_is_exact_or_what_it_misses_is_counted() {
     );
 }
 
+/// A daemon's scrape: the connections `pid` holds open in `direction`
+/// (outbound, inbound) with server port `port`.
+fn connection_usage(body: &str, pid: u32, direction: &str, port: u16) -> Option<u64> {
+    let labels = [
+        format!("process_pid=\"{pid}\""),
+        format!("observer_connection_direction=\"{direction}\""),
+        format!("server_port=\"{port}\""),
+    ];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    observer_testing::http::sample(body, "observer_tcp_connection_usage", &labels)
+}
+
 fn netns_inode(ns: &Netns) -> u32 {
     use std::os::unix::fs::MetadataExt as _;
     u32::try_from(std::fs::metadata(ns.path()).unwrap().ino()).unwrap()
@@ -293,7 +305,6 @@ fn connections_older_than_observer_count_open_and_their_ends_close_them() {
 #[test]
 fn a_restarted_daemon_exports_the_pool_it_found_open() {
     use common::daemon::{scrape_until, start_daemon};
-    use observer_testing::http::sample;
     const POOL: u64 = 40;
     const RESTART_PORT: u16 = 5434;
     let ns = Netns::new();
@@ -307,14 +318,7 @@ fn a_restarted_daemon_exports_the_pool_it_found_open() {
 
     let daemon = start_daemon(&[]);
     let port = RESTART_PORT.to_string();
-    let usage = |body: &str, pid: u32, direction: &str| {
-        let labels = [
-            format!("process_pid=\"{pid}\""),
-            format!("observer_connection_direction=\"{direction}\""),
-            format!("server_port=\"{port}\""),
-        ];
-        sample(body, "observer_tcp_connection_usage", &labels.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let usage = |body: &str, pid: u32, direction: &str| connection_usage(body, pid, direction, RESTART_PORT);
     let body = scrape_until(&daemon, std::time::Duration::from_secs(20), |b| {
         usage(b, pool.pid(), "outbound").is_some() && usage(b, server.pid(), "inbound").is_some()
     });
@@ -358,14 +362,7 @@ fn a_namespace_the_start_up_pass_cannot_read_in_time_leaves_out_only_itself_and_
     let failpoint = format!("older-pass-blocks=return({})", netns_inode(blocked));
     let daemon = start_daemon_with_env(&[], &[("FAILPOINTS", &failpoint), ("RUST_LOG", "observer=debug")]);
     let port = BLOCKED_PORT.to_string();
-    let usage = |body: &str, pid: u32, direction: &str| {
-        let labels = [
-            format!("process_pid=\"{pid}\""),
-            format!("observer_connection_direction=\"{direction}\""),
-            format!("server_port=\"{port}\""),
-        ];
-        sample(body, "observer_tcp_connection_usage", &labels.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let usage = |body: &str, pid: u32, direction: &str| connection_usage(body, pid, direction, BLOCKED_PORT);
     let body = scrape_until(&daemon, std::time::Duration::from_secs(30), |b| {
         usage(b, read_pool.pid(), "outbound").is_some() && usage(b, read_server.pid(), "inbound").is_some()
     });

@@ -280,7 +280,7 @@ impl Rounds {
             unseen: [
                 ("time_wait_entry", deltas.unseen_time_wait, self.time_wait_check),
                 ("listen_overflow", deltas.unseen_overflows, self.sweeper.check_overflows),
-                ("connection", deltas.unseen_connections.unwrap_or(0), deltas.unseen_connections.is_some()),
+                ("connection", deltas.unseen_connections, true),
             ]
             .into_iter()
             .filter(|(_, _, checked)| *checked)

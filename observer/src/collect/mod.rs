@@ -109,9 +109,8 @@ pub struct Deltas {
     /// Listen overflows likewise, where programs count them.
     pub unseen_overflows: u64,
     /// Connections whose start or end the programs missed, at least
-    /// (`ledger_check.rs`); None where the check cannot be made (the
-    /// start-up pass did not read the older ones).
-    pub unseen_connections: Option<u64>,
+    /// (`ledger_check.rs`): what the checks found, kept after they stop.
+    pub unseen_connections: u64,
     /// The checks it has made so far, per namespace.
     pub connection_checks: HashMap<u32, u64>,
 }
@@ -455,8 +454,8 @@ impl Collector {
             let values = self.maps.lost.get(&slot, 0).map_err(map_err(maps::LOST))?;
             deltas.lost[slot as usize] = values.iter().sum();
         }
-        let checked = self.check_ledger(node, ledger_before, &deltas.lost);
-        deltas.unseen_connections = checked.then(|| self.ledger_check.total());
+        self.check_ledger(node, ledger_before, &deltas.lost);
+        deltas.unseen_connections = self.ledger_check.total();
         deltas.left_out_at_start = self.maps.left_out_at_start.clone();
         deltas.connection_checks = self.ledger_check.checks().clone();
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
@@ -509,8 +508,9 @@ impl Collector {
     /// (`ledger_check.rs`), while it can be whole: every older connection
     /// the start-up pass read entered, and no update it is made of lost
     /// (each loss counted apart); never in a namespace whose older
-    /// connections the pass could not read. Whether checks can be made.
-    fn check_ledger(&mut self, node: &NodeReading, ledger: HashMap<u32, u64>, lost: &[u64]) -> bool {
+    /// connections the pass could not read. What a check found stays counted
+    /// after checks stop.
+    fn check_ledger(&mut self, node: &NodeReading, ledger: HashMap<u32, u64>, lost: &[u64]) {
         let left_out = &mut self.maps.left_out_at_start;
         left_out.unread.retain(|netns| node.on_node.contains(netns));
         let whole = left_out.open_connections == 0
@@ -518,7 +518,7 @@ impl Collector {
                 .iter()
                 .all(|&slot| lost[slot as usize] == 0);
         if !whole {
-            return false;
+            return;
         }
         let unread = &self.maps.left_out_at_start.unread;
         let quiet: HashMap<u32, u64> = node
@@ -552,7 +552,6 @@ impl Collector {
         // its difference, which its next check would otherwise count again.
         self.ledger_check.forget_absent(|netns| node.on_node.contains(&netns));
         self.ledger_check.update(&quiet, &ledger);
-        true
     }
 
     /// In the rounds whose reading has each namespace's own count of listen

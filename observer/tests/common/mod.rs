@@ -78,7 +78,7 @@ pub struct Observer {
     /// Connections whose start or end the programs missed, by the check
     /// of the ledger against quiet namespaces, and the checks it made per
     /// namespace (cumulative).
-    pub unseen_connections: Option<u64>,
+    pub unseen_connections: u64,
     pub connection_checks: HashMap<u32, u64>,
 }
 
@@ -110,7 +110,7 @@ impl Observer {
             connections: HashMap::new(),
             open_connections: Vec::new(),
             lost: Vec::new(),
-            unseen_connections: None,
+            unseen_connections: 0,
             connection_checks: HashMap::new(),
         }
     }

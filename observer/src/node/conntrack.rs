@@ -13,6 +13,8 @@ use std::{fs::File, io, os::unix::fs::FileExt as _};
 
 use serde::Serialize;
 
+use super::netns::Dirs;
+
 /// Why the table dropped something, as the statistics name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -79,13 +81,13 @@ pub struct ConntrackFiles {
 pub const FILES: u64 = 3;
 
 impl ConntrackFiles {
-    /// The calling thread's namespace's files; None where nf_conntrack is
-    /// not loaded.
-    pub fn open() -> Option<Self> {
+    /// The files of the namespace `dirs` were opened in; None where
+    /// nf_conntrack is not loaded.
+    pub fn open(dirs: &Dirs) -> Option<Self> {
         Some(Self {
-            count: File::open("/proc/sys/net/netfilter/nf_conntrack_count").ok()?,
-            max: File::open("/proc/sys/net/netfilter/nf_conntrack_max").ok()?,
-            stat: File::open("/proc/thread-self/net/stat/nf_conntrack").ok()?,
+            count: dirs.sysctl("netfilter/nf_conntrack_count").ok()?,
+            max: dirs.sysctl("netfilter/nf_conntrack_max").ok()?,
+            stat: dirs.proc_net("stat/nf_conntrack").ok()?,
         })
     }
 
@@ -167,7 +169,7 @@ mod tests {
     /// This host's own table (nf_conntrack is built into the test kernels).
     #[test]
     fn the_hosts_table_reads() {
-        let files = ConntrackFiles::open().expect("nf_conntrack loaded");
+        let files = ConntrackFiles::open(&Dirs::open().expect("/proc")).expect("nf_conntrack loaded");
         let table = files.read().unwrap();
         assert!(table.limit > 0, "{table:?}");
     }

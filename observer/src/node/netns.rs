@@ -4,11 +4,19 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    os::{fd::AsFd, unix::fs::MetadataExt as _},
+    io,
+    os::{
+        fd::{AsFd, OwnedFd},
+        unix::fs::MetadataExt as _,
+    },
     path::{Path, PathBuf},
 };
 
-use nix::sched::{CloneFlags, setns};
+use nix::{
+    fcntl::{OFlag, openat},
+    sched::{CloneFlags, setns},
+    sys::stat::Mode,
+};
 
 /// A namespace's inode: its identity for its whole life (unlike a pid).
 pub fn inode(path: &Path) -> Option<u32> {
@@ -118,5 +126,40 @@ fn enter_each(namespaces: BTreeMap<u32, PathBuf>, mut each: impl FnMut(u32)) {
             continue;
         }
         each(inode);
+    }
+}
+
+/// The calling thread's namespace's /proc/sys/net and /proc/thread-self/net,
+/// opened once, so its files open relative to them. Each namespace has its
+/// own `net` entry under /proc/sys, all alike named, so every path lookup
+/// through /proc/sys compares against every namespace's (the kernel's
+/// `proc_sys_compare`): at 110 namespaces that was half of what opening a
+/// namespace's dozen files cost. Files open answer for the namespace they
+/// were opened in, from any thread.
+pub struct Dirs {
+    sys_net: OwnedFd,
+    proc_net: OwnedFd,
+}
+
+impl Dirs {
+    pub fn open() -> io::Result<Self> {
+        let dir = |path: &str| -> io::Result<OwnedFd> {
+            Ok(nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
+        };
+        Ok(Self { sys_net: dir("/proc/sys/net")?, proc_net: dir("/proc/thread-self/net")? })
+    }
+
+    /// A sysctl file below /proc/sys/net (`ipv4/tcp_fin_timeout`).
+    pub fn sysctl(&self, name: &str) -> io::Result<File> {
+        Self::file(&self.sys_net, name)
+    }
+
+    /// A file below /proc/net (`sockstat`).
+    pub fn proc_net(&self, name: &str) -> io::Result<File> {
+        Self::file(&self.proc_net, name)
+    }
+
+    fn file(dir: &OwnedFd, name: &str) -> io::Result<File> {
+        Ok(openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?.into())
     }
 }

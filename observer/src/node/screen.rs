@@ -17,6 +17,8 @@ use std::{
 
 use procfs::FromBufRead as _;
 
+use super::netns::Dirs;
+
 /// The files, opened in the namespace (a /proc/thread-self/net file
 /// answers for the namespace of the thread that opened it).
 pub struct ScreenFiles {
@@ -85,10 +87,10 @@ impl Screen {
 }
 
 impl ScreenFiles {
-    /// The calling thread's namespace's files; `follow_changes` for
-    /// readings that are compared round after round.
-    pub fn open(follow_changes: bool) -> io::Result<Self> {
-        let net = |name: &str| File::open(format!("/proc/thread-self/net/{name}"));
+    /// The files of the namespace `dirs` were opened in; `follow_changes`
+    /// for readings that are compared round after round.
+    pub fn open(dirs: &Dirs, follow_changes: bool) -> io::Result<Self> {
+        let net = |name: &str| dirs.proc_net(name);
         let (snmp, netstat) = if follow_changes { (Some(net("snmp")?), Some(net("netstat")?)) } else { (None, None) };
         Ok(Self { sockstat: net("sockstat")?, sockstat6: net("sockstat6").ok(), snmp, netstat })
     }

@@ -4,6 +4,8 @@ use std::{fs::File, io, os::unix::fs::FileExt as _};
 
 use serde::Serialize;
 
+use super::netns::Dirs;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct NetSettings {
     /// net.ipv4.ip_local_port_range (both ends included).
@@ -36,10 +38,6 @@ const NUMBERS: [&str; 5] = [
     "ipv4/tcp_max_tw_buckets",
 ];
 
-fn open(name: &str) -> io::Result<File> {
-    File::open(format!("/proc/sys/net/{name}"))
-}
-
 /// A sysctl file's value, read from its start.
 fn read(file: &File, name: &str) -> io::Result<String> {
     let mut buf = [0u8; 512];
@@ -55,8 +53,9 @@ fn number(file: &File, name: &str) -> io::Result<u32> {
 }
 
 impl SettingsFiles {
-    /// The calling thread's namespace's settings files.
-    pub fn open() -> io::Result<Self> {
+    /// The settings files of the namespace `dirs` were opened in.
+    pub fn open(dirs: &Dirs) -> io::Result<Self> {
+        let open = |name: &str| dirs.sysctl(name);
         Ok(Self {
             port_range: open("ipv4/ip_local_port_range")?,
             reserved_ports: open("ipv4/ip_local_reserved_ports")?,

@@ -97,11 +97,12 @@ impl NetnsFiles {
     /// The calling thread's namespace's files; `follow_changes` when they
     /// are read round after round (the daemon), not once (doctor).
     pub fn open(follow_changes: bool) -> io::Result<Self> {
+        let dirs = netns::Dirs::open()?;
         Ok(Self {
             diag: DiagSocket::open()?,
-            screen: ScreenFiles::open(follow_changes)?,
-            settings: SettingsFiles::open()?,
-            conntrack: ConntrackFiles::open(),
+            screen: ScreenFiles::open(&dirs, follow_changes)?,
+            settings: SettingsFiles::open(&dirs)?,
+            conntrack: ConntrackFiles::open(&dirs),
         })
     }
 

@@ -16,8 +16,50 @@ pub fn of_process(proc_root: &Path, pid: u32) -> Option<OpenFiles> {
     let procfs::process::LimitValue::Value(limit) = process.limits().ok()?.max_open_files.soft_limit else {
         return None;
     };
-    // Entries of /proc/PID/fd, as `ls` counts them (cheaper than procfs's
-    // fd(), which also reads every link).
-    let open = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")).ok()?.count() as u64;
-    Some(OpenFiles { open, limit })
+    Some(OpenFiles { open: count(&proc_root.join(pid.to_string()).join("fd"))?, limit })
+}
+
+/// The descriptors of /proc/PID/fd (`dir`) the kernel counts taken. Since
+/// Linux 6.2 the directory's size says it: one stat, where listing a
+/// server's 15,000 connections took ~5 ms every round; it also counts a
+/// descriptor reserved by a call still in progress (a server waiting in
+/// accept() holds the number its next connection gets), which is taken
+/// against RLIMIT_NOFILE too. Before 6.2, the entries as `ls` lists them
+/// (not procfs's `fd_count`, whose fallback counts `.` and `..` too).
+fn count(dir: &Path) -> Option<u64> {
+    match std::fs::metadata(dir).ok()?.len() {
+        0 => Some(std::fs::read_dir(dir).ok()?.count() as u64),
+        size => Some(size),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_open_file_counts_once_as_ls_lists_them() {
+        // A child of our own that holds still: this test binary's other
+        // threads open files while it runs. Besides stdin, stdout and
+        // stderr it has what it inherited (a jobserver's pipe, say).
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let proc_dir = Path::new("/proc").join(child.id().to_string());
+        // Until it runs sleep, it is a copy of this process, its files too.
+        while std::fs::read_to_string(proc_dir.join("comm")).unwrap() != "sleep\n" {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let dir = proc_dir.join("fd");
+        let counted = count(&dir);
+        let listed = std::fs::read_dir(&dir).unwrap().count() as u64;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed >= 3, "{listed}");
+        assert_eq!(counted, Some(listed));
+    }
 }

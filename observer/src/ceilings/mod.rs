@@ -9,7 +9,7 @@
 pub mod checks;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
 };
 
@@ -17,7 +17,7 @@ use checks::{Check, Finding};
 use serde::Serialize;
 
 use crate::{
-    attribution::Attributor,
+    attribution::{Attributor, Identity},
     error::Error,
     node::{NetnsUsage, files, netns, owners, settings, sock_diag, sweep},
 };
@@ -63,11 +63,12 @@ impl Report {
 /// Run the check list on `scope`.
 pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Report, Error> {
     let host = netns::host(proc_root);
-    let mut attributor = Attributor::new(proc_root, None, pod_logs.clone());
+    let mut identities =
+        Identities { attributor: Attributor::new(proc_root, None, pod_logs.clone()), known: HashMap::new() };
     // The pod's processes, for --pod.
     let pod_pids: Option<Vec<u32>> = match scope {
         Scope::Pod(pod) => {
-            let pids = pod_processes(proc_root, &mut attributor, pod);
+            let pids = pod_processes(proc_root, &mut identities, pod);
             if pids.is_empty() {
                 return Err(Error::NoPod { pod: pod.clone(), pod_logs });
             }
@@ -99,7 +100,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     let names: BTreeMap<u32, String> = namespaces
         .iter()
         .map(|(inode, path)| {
-            let pod = netns::pid_of(path).and_then(|pid| pod_name(&mut attributor, pid));
+            let pod = netns::pid_of(path).and_then(|pid| pod_name(&mut identities, pid));
             let name = match pod {
                 _ if Some(*inode) == host => "host".to_string(),
                 Some(pod) => format!("pod {pod}"),
@@ -159,7 +160,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         for l in listeners {
             let owner = owners
                 .get(&l.inode)
-                .map(|a| describe(&mut attributor, a.tgid, a.comm_str()))
+                .map(|a| describe(&mut identities, a.tgid, a.comm_str()))
                 .unwrap_or_else(|| "owner unknown".into());
             let subject = format!("listener {} ({owner})", std::net::SocketAddr::from((l.address, l.port)));
             report.findings.push(Finding::new(Check::AcceptQueue, netns, subject, l.queued.into(), l.backlog.into()));
@@ -171,34 +172,48 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
             time_wait: u.counts.as_ref().map(|c| c.time_wait),
         });
     }
-    open_files(scope, pod_pids.as_deref(), proc_root, &names, &mut attributor, &mut report.findings);
+    open_files(scope, pod_pids.as_deref(), proc_root, &names, &mut identities, &mut report.findings);
     checks::sort(&mut report.findings);
     Ok(report)
 }
 
+/// Who each process is, learnt once per run: a process is named for its
+/// namespace, for its listeners and for its open files (each a read of its
+/// cgroup and its executable).
+struct Identities {
+    attributor: Attributor,
+    known: HashMap<u32, Identity>,
+}
+
+impl Identities {
+    fn of(&mut self, pid: u32) -> &Identity {
+        self.known.entry(pid).or_insert_with(|| self.attributor.identity(0, pid))
+    }
+}
+
 /// `namespace/name` of the pod `pid` runs in, when kubelet's pod logs name
 /// it.
-fn pod_name(attributor: &mut Attributor, pid: u32) -> Option<String> {
-    let pod = attributor.labels(0, pid)?;
+fn pod_name(identities: &mut Identities, pid: u32) -> Option<String> {
+    let pod = identities.of(pid).pod.as_ref()?;
     Some(format!("{}/{}", pod.namespace.as_ref()?, pod.pod_name.as_ref()?))
 }
 
 /// The processes of pod `pod` (`namespace/name`).
-fn pod_processes(proc_root: &Path, attributor: &mut Attributor, pod: &str) -> Vec<u32> {
+fn pod_processes(proc_root: &Path, identities: &mut Identities, pod: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir(proc_root) else { return Vec::new() };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| pod_name(attributor, *pid).as_deref() == Some(pod))
+        .filter(|pid| pod_name(identities, *pid).as_deref() == Some(pod))
         .collect()
 }
 
 /// `nginx pid 4711 in shop/web-0` (the pod when there is one), named by
 /// its executable (`comm` if that cannot be read).
-fn describe(attributor: &mut Attributor, pid: u32, comm: &str) -> String {
-    let identity = attributor.identity(0, pid);
+fn describe(identities: &mut Identities, pid: u32, comm: &str) -> String {
+    let identity = identities.of(pid);
     let name = identity.executable.as_deref().unwrap_or(comm);
-    match identity.pod {
+    match &identity.pod {
         Some(pod) => match (&pod.namespace, &pod.pod_name) {
             (Some(ns), Some(p)) => format!("{name} pid {pid} in {ns}/{p}"),
             _ => format!("{name} pid {pid} in pod {}", pod.pod_uid),
@@ -214,7 +229,7 @@ fn open_files(
     pod_pids: Option<&[u32]>,
     proc_root: &Path,
     names: &BTreeMap<u32, String>,
-    attributor: &mut Attributor,
+    identities: &mut Identities,
     findings: &mut Vec<Finding>,
 ) {
     let Ok(processes) = procfs::process::all_processes_with_root(proc_root) else { return };
@@ -238,7 +253,7 @@ fn open_files(
             continue;
         }
         let Some(files) = files::of_process(proc_root, process.pid as u32) else { continue };
-        let subject = describe(attributor, process.pid as u32, &stat.comm);
+        let subject = describe(identities, process.pid as u32, &stat.comm);
         findings.push(Finding::new(Check::OpenFiles, name, subject, files.open, files.limit));
     }
 }

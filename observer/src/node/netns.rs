@@ -129,29 +129,41 @@ fn enter_each(namespaces: BTreeMap<u32, PathBuf>, mut each: impl FnMut(u32)) {
     }
 }
 
-/// The calling thread's namespace's /proc/sys/net and /proc/thread-self/net,
-/// opened once, so its files open relative to them. Each namespace has its
-/// own `net` entry under /proc/sys, all alike named, so every path lookup
-/// through /proc/sys compares against every namespace's (the kernel's
+/// The calling thread's namespace's sysctl directories (/proc/sys/net/ipv4,
+/// core, netfilter) and /proc/thread-self/net, opened once, so its files
+/// open relative to them. Each namespace has its own entry of each such
+/// directory, all alike named under one parent, so every path lookup
+/// through one compares against every namespace's (the kernel's
 /// `proc_sys_compare`): at 110 namespaces that was half of what opening a
-/// namespace's dozen files cost. Files open answer for the namespace they
-/// were opened in, from any thread.
+/// namespace's dozen files cost. Files answer for the namespace they were
+/// opened in, from any thread.
 pub struct Dirs {
-    sys_net: OwnedFd,
+    /// (directory below /proc/sys/net, opened); netfilter is absent
+    /// without nf_conntrack.
+    sysctl: Vec<(&'static str, OwnedFd)>,
     proc_net: OwnedFd,
 }
+
+/// The directories below /proc/sys/net whose files observer reads.
+const SYSCTL_DIRS: [&str; 3] = ["ipv4", "core", "netfilter"];
 
 impl Dirs {
     pub fn open() -> io::Result<Self> {
         let dir = |path: &str| -> io::Result<OwnedFd> {
             Ok(nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
         };
-        Ok(Self { sys_net: dir("/proc/sys/net")?, proc_net: dir("/proc/thread-self/net")? })
+        let sysctl =
+            SYSCTL_DIRS.iter().filter_map(|name| Some((*name, dir(&format!("/proc/sys/net/{name}")).ok()?))).collect();
+        Ok(Self { sysctl, proc_net: dir("/proc/thread-self/net")? })
     }
 
     /// A sysctl file below /proc/sys/net (`ipv4/tcp_fin_timeout`).
-    pub fn sysctl(&self, name: &str) -> io::Result<File> {
-        Self::file(&self.sys_net, name)
+    pub fn sysctl(&self, path: &str) -> io::Result<File> {
+        let (dir, name) = path.split_once('/').unwrap_or((path, ""));
+        match self.sysctl.iter().find(|(d, _)| *d == dir) {
+            Some((_, fd)) => Self::file(fd, name),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("/proc/sys/net/{path}"))),
+        }
     }
 
     /// A file below /proc/net (`sockstat`).

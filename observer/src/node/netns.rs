@@ -132,37 +132,43 @@ fn enter_each(namespaces: BTreeMap<u32, PathBuf>, mut each: impl FnMut(u32)) {
 /// The calling thread's namespace's sysctl directories (/proc/sys/net/ipv4,
 /// core, netfilter) and /proc/thread-self/net, opened once, so its files
 /// open relative to them. Each namespace has its own entry of each such
-/// directory, all alike named under one parent, so every path lookup
-/// through one compares against every namespace's (the kernel's
-/// `proc_sys_compare`): at 110 namespaces that was half of what opening a
+/// directory, all alike named under one shared parent, so every path
+/// lookup through one compares against every namespace's (the kernel's
+/// `proc_sys_compare`): at 110 namespaces, a good part of what opening a
 /// namespace's dozen files cost. Files answer for the namespace they were
 /// opened in, from any thread.
 pub struct Dirs {
-    /// (directory below /proc/sys/net, opened); netfilter is absent
-    /// without nf_conntrack.
-    sysctl: Vec<(&'static str, OwnedFd)>,
+    ipv4: OwnedFd,
+    core: OwnedFd,
+    /// Absent without nf_conntrack.
+    netfilter: Option<OwnedFd>,
     proc_net: OwnedFd,
 }
-
-/// The directories below /proc/sys/net whose files observer reads.
-const SYSCTL_DIRS: [&str; 3] = ["ipv4", "core", "netfilter"];
 
 impl Dirs {
     pub fn open() -> io::Result<Self> {
         let dir = |path: &str| -> io::Result<OwnedFd> {
             Ok(nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
         };
-        let sysctl =
-            SYSCTL_DIRS.iter().filter_map(|name| Some((*name, dir(&format!("/proc/sys/net/{name}")).ok()?))).collect();
-        Ok(Self { sysctl, proc_net: dir("/proc/thread-self/net")? })
+        Ok(Self {
+            ipv4: dir("/proc/sys/net/ipv4")?,
+            core: dir("/proc/sys/net/core")?,
+            netfilter: dir("/proc/sys/net/netfilter").ok(),
+            proc_net: dir("/proc/thread-self/net")?,
+        })
     }
 
     /// A sysctl file below /proc/sys/net (`ipv4/tcp_fin_timeout`).
     pub fn sysctl(&self, path: &str) -> io::Result<File> {
-        let (dir, name) = path.split_once('/').unwrap_or((path, ""));
-        match self.sysctl.iter().find(|(d, _)| *d == dir) {
-            Some((_, fd)) => Self::file(fd, name),
-            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("/proc/sys/net/{path}"))),
+        let dir = match path.split_once('/') {
+            Some(("ipv4", name)) => Some((&self.ipv4, name)),
+            Some(("core", name)) => Some((&self.core, name)),
+            Some(("netfilter", name)) => self.netfilter.as_ref().map(|fd| (fd, name)),
+            _ => None,
+        };
+        match dir {
+            Some((fd, name)) => Self::file(fd, name),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("/proc/sys/net/{path}: not opened"))),
         }
     }
 

@@ -181,3 +181,29 @@ impl Dirs {
         Ok(openat(dir, name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use super::*;
+
+    fn text(mut file: File) -> String {
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        text
+    }
+
+    #[test]
+    fn a_file_opened_relative_to_its_directory_is_the_one_its_path_names() {
+        let dirs = Dirs::open().unwrap();
+        for name in ["ipv4/ip_local_port_range", "core/somaxconn"] {
+            let direct = std::fs::read_to_string(format!("/proc/sys/net/{name}")).unwrap();
+            assert_eq!(text(dirs.sysctl(name).unwrap()), direct, "{name}");
+        }
+        let sockstat = text(dirs.proc_net("sockstat").unwrap());
+        assert!(sockstat.contains("TCP: inuse"), "{sockstat}");
+        let error = dirs.sysctl("unix/max_dgram_qlen").unwrap_err();
+        assert!(error.to_string().contains("/proc/sys/net/unix/max_dgram_qlen"), "names the file: {error}");
+    }
+}

@@ -343,8 +343,8 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    doctor: a namespace's sysctl files open relative to its own ipv4/,
    core/ and netfilter/ of /proc/sys/net (each namespace has its own
    alike-named entry of those under one parent, and every lookup
-   through one compared against all: `proc_sys_compare`, half of what
-   opening a namespace's files cost); a process is named once per run,
+   through one compared against all: `proc_sys_compare`, a large part
+   of what opening a namespace's files cost); a process is named once per run,
    not three times; open files are /proc/PID/fd's size (Linux 6.2+:
    one stat, where listing a server's 15,000 descriptors took 5-8 ms,
    in the daemon every round). 110 namespaces, few sockets, `perf stat`

@@ -52,8 +52,9 @@ pub fn attach(tracepoint: &str) -> Result<Attached> {
 
 fn bpf(command: i64, attr: &mut [u8; 128], what: &str) -> Result<OwnedFd> {
     // SAFETY: `attr` is a zeroed bpf_attr of the size passed, its pointers
-    // valid for the call.
-    let fd = unsafe { syscall(SYS_BPF, command, attr.as_mut_ptr(), attr.len() as u32) };
+    // valid for the call. Every variadic argument is passed as a full
+    // register's width, as syscall(2) reads them.
+    let fd = unsafe { syscall(SYS_BPF, command, attr.as_mut_ptr(), attr.len() as i64) };
     if fd < 0 {
         bail!("{what}: {}", std::io::Error::last_os_error());
     }

@@ -252,7 +252,7 @@ fn open_files(
         if stat.flags & PF_KTHREAD != 0 {
             continue;
         }
-        let Some(files) = files::of_process(proc_root, process.pid as u32) else { continue };
+        let Some(files) = files::of(&process, proc_root) else { continue };
         let subject = describe(identities, process.pid as u32, &stat.comm);
         findings.push(Finding::new(Check::OpenFiles, name, subject, files.open, files.limit));
     }

@@ -12,11 +12,15 @@ pub struct OpenFiles {
 
 /// None: the process is gone, out of reach, or has no limit.
 pub fn of_process(proc_root: &Path, pid: u32) -> Option<OpenFiles> {
-    let process = procfs::process::Process::new_with_root(proc_root.join(pid.to_string())).ok()?;
+    of(&procfs::process::Process::new_with_root(proc_root.join(pid.to_string())).ok()?, proc_root)
+}
+
+/// `of_process` for a process already open (one of `proc_root`'s).
+pub fn of(process: &procfs::process::Process, proc_root: &Path) -> Option<OpenFiles> {
     let procfs::process::LimitValue::Value(limit) = process.limits().ok()?.max_open_files.soft_limit else {
         return None;
     };
-    Some(OpenFiles { open: count(&proc_root.join(pid.to_string()).join("fd"))?, limit })
+    Some(OpenFiles { open: count(&proc_root.join(process.pid.to_string()).join("fd"))?, limit })
 }
 
 /// The descriptors of /proc/PID/fd (`dir`) the kernel counts taken. Since

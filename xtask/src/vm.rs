@@ -8,14 +8,18 @@
 //! kernel differs.
 use std::{
     fs,
+    io::{BufRead as _, BufReader, Read},
     path::{Path, PathBuf},
-    process::Command,
-    time::Instant,
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::{run_cmd, setup, workspace_root};
+
+mod lockup;
 
 /// virtme-ng version (PyPI), pinned.
 const VIRTME_NG: &str = "1.42";
@@ -271,13 +275,82 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
     })
 }
 
+/// One test binary in one attach mode.
+#[derive(Clone, PartialEq)]
+struct Run<'a> {
+    mode: &'static str,
+    name: &'a str,
+    bin: &'a Path,
+}
+
 /// Boot `kernel` and run every test binary in every mode; returns the
 /// per-mode summary lines and whether all passed.
+///
+/// A guest whose kernel hung (lockup.rs) is booted once more for the runs
+/// that had not passed: every test still runs to its end on that kernel,
+/// and the report says the first boot hung, with the kernel's own words.
+/// A second hang, or any failed test, fails the kernel.
 pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool)> {
-    let script = vm_dir().join(format!("guest-{}.sh", kernel.series));
+    let runs: Vec<Run> = MODES
+        .iter()
+        .flat_map(|mode| {
+            bins.tests
+                .iter()
+                .filter(move |(name, _)| *mode == MODES[0] || !MODE_INDEPENDENT_TESTS.contains(&name.as_str()))
+                .map(move |(name, bin)| Run { mode, name, bin })
+        })
+        .collect();
+    let first = boot_for(kernel, bins, &runs, "")?;
+    let Some(hang) = &first.hung else { return Ok((first.summary, first.ok)) };
+    let (rest, failed_before) = not_passed(&runs, &first.report);
+    let mut summary = format!(
+        "{}MATRIX kernel-hung kernel={}: the guest locked up; {} runs had not passed. The kernel's report:\n{hang}\n",
+        first.summary,
+        kernel.version,
+        rest.len()
+    );
+    if rest.is_empty() {
+        return Ok((summary, !failed_before));
+    }
+    println!("vm: booting {} again for the {} runs that had not passed", kernel.version, rest.len());
+    let second = boot_for(kernel, bins, &rest, "-again")?;
+    summary.push_str(&second.summary);
+    Ok((summary, !failed_before && second.ok))
+}
+
+/// Of `runs`, those a boot's `report` does not say passed, and whether it
+/// says any failed (a test, or the daemon's attach check).
+fn not_passed<'a>(runs: &[Run<'a>], report: &[String]) -> (Vec<Run<'a>>, bool) {
+    let results: Vec<_> = report.iter().filter_map(|line| test_result(line)).collect();
+    let failed = results.iter().any(|&(_, _, passed)| !passed)
+        || report.iter().any(|line| line.starts_with("MATRIX attach-failed"));
+    let rest = runs.iter().filter(|run| !results.contains(&(run.mode, run.name, true))).cloned().collect();
+    (rest, failed)
+}
+
+/// The mode, test and verdict of a `MATRIX test mode=M NAME rc=N ...` line.
+fn test_result(line: &str) -> Option<(&str, &str, bool)> {
+    let mut words = line.strip_prefix("MATRIX test mode=")?.split_whitespace();
+    let (mode, name, rc) = (words.next()?, words.next()?, words.next()?);
+    Some((mode, name, rc == "rc=0"))
+}
+
+/// What one boot of a guest left: its summary for the report, the lines
+/// its script wrote, whether all passed, and its kernel's report if it hung.
+struct Boot {
+    summary: String,
+    report: Vec<String>,
+    ok: bool,
+    hung: Option<String>,
+}
+
+/// Boot `kernel` once and run `runs` in it; `attempt` names its files
+/// (target/vm/guest-<series><attempt>.sh, out-..., console-...).
+fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) -> Result<Boot> {
+    let script = vm_dir().join(format!("guest-{}{attempt}.sh", kernel.series));
     // Shared read-write with the guest: progress and logs can be followed
     // from the host while the (slow) guest runs.
-    let out_dir = vm_dir().join(format!("out-{}", kernel.series));
+    let out_dir = vm_dir().join(format!("out-{}{attempt}", kernel.series));
     let _ = fs::remove_dir_all(&out_dir);
     fs::create_dir_all(&out_dir)?;
     let mut s = format!(
@@ -285,7 +358,7 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
          exec > $out/progress.log 2>&1\n",
         out_dir.display()
     );
-    for mode in MODES {
+    for mode in MODES.iter().filter(|mode| runs.iter().any(|run| run.mode == **mode)) {
         s.push_str(&format!(
             "echo \"MATRIX mode={mode} kernel=$(uname -r)\"\n\
              {obs} run --attach-mode {mode} --prometheus-listen 127.0.0.1:0 >$out/observer-{mode}.log 2>&1 & p=$!\n\
@@ -298,9 +371,7 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
              grep -q serving $out/observer-{mode}.log || {{ echo \"MATRIX attach-failed mode={mode}\"; tail -3 $out/observer-{mode}.log; fail=1; }}\n",
             obs = bins.observer.display()
         ));
-        let tests =
-            bins.tests.iter().filter(|(name, _)| *mode == MODES[0] || !MODE_INDEPENDENT_TESTS.contains(&name.as_str()));
-        for (name, bin) in tests {
+        for Run { name, bin, .. } in runs.iter().filter(|run| run.mode == *mode) {
             // One test at a time: each test loads its own probes, and
             // attaching or detaching an fexit program rebuilds the
             // function's BPF trampoline, which makes the kernel skip the
@@ -336,21 +407,28 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
     let started = Instant::now();
     // A hang guard only: the 5.10 guest's run takes ~20 min under
     // emulation (its connections binary alone ~7 min in both modes).
-    let (console, exit) = boot(kernel, &script, &out_dir, 2400)?;
-    fs::write(vm_dir().join(format!("console-{}.log", kernel.series)), &console)?;
+    let Guest { console, exit, hung } = boot(kernel, &script, &out_dir, 2400)?;
+    fs::write(vm_dir().join(format!("console-{}{attempt}.log", kernel.series)), &console)?;
     let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
     // The guest writes only the MATRIX lines and the excerpts of failed
     // tests (panic messages with their diagnostics) there: all of it is
     // the report.
-    let report: Vec<&str> = progress.lines().collect();
-    let ok =
-        exit == Some(0) && report.contains(&"MATRIX exit 0") && report.iter().any(|l| l.starts_with("MATRIX test"));
+    let report: Vec<String> = progress.lines().map(str::to_string).collect();
+    let ok = exit == Some(0)
+        && report.iter().any(|l| l == "MATRIX exit 0")
+        && report.iter().any(|l| l.starts_with("MATRIX test"));
     let mut summary = format!(
         "== kernel {} ({}), {:.0?}: {}\n{}\n",
         kernel.version,
         kernel.series,
         started.elapsed(),
-        if ok { "PASS" } else { "FAIL" },
+        if ok {
+            "PASS"
+        } else if hung.is_some() {
+            "HUNG"
+        } else {
+            "FAIL"
+        },
         report.join("\n")
     );
     if !report.iter().any(|l| l.starts_with("MATRIX exit")) {
@@ -358,7 +436,7 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
         // CI keeps only what is printed, so print why.
         summary.push_str(&ended_early(exit, &console, &out_dir));
     }
-    Ok((summary, ok))
+    Ok(Boot { summary, report, ok, hung })
 }
 
 /// What a guest that never reached its script's end left behind: its exit
@@ -386,17 +464,30 @@ fn ended_early(exit: Option<i32>, console: &str, out_dir: &Path) -> String {
     s
 }
 
+/// What a guest left: its console, its script's exit code (None if the
+/// script never ended) and, if its kernel hung, the kernel's report of it.
+pub struct Guest {
+    pub console: String,
+    pub exit: Option<i32>,
+    pub hung: Option<String>,
+}
+
 /// Boot `kernel` under virtme-ng, run `script` in it with `rw_dir` shared
-/// read-write, and return the console and the script's exit code. A guest
-/// that hangs is killed after `timeout_secs`: it fails the run rather than
+/// read-write, and return what it left. A guest whose kernel locked up
+/// (lockup.rs) is stopped as soon as the console says so; any other that
+/// hangs is killed after `timeout_secs`: it fails the run rather than
 /// blocking it.
-pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) -> Result<(String, Option<i32>)> {
+pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) -> Result<Guest> {
     let venv_bin = setup::tools_dir().join("vm-venv/bin");
     let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = Command::new("timeout")
+    // `timeout` runs vng in a process group of its own and, on the
+    // deadline or on our SIGTERM, signals the whole group (qemu too).
+    let mut child = Command::new("timeout")
         .args(["--kill-after=30", &timeout_secs.to_string()])
         .arg(venv_bin.join("vng"))
-        .stdin(std::process::Stdio::null())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .env("PATH", path)
         .current_dir(workspace_root())
         .arg("--run")
@@ -406,20 +497,85 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         .arg(rw_dir)
         .arg("--exec")
         .arg(script)
-        .output()?;
-    let console = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        .spawn()?;
+    // The console as it comes (vng --verbose prints it on stdout, its own
+    // messages on stderr), so a lockup is seen while the guest still runs.
+    let console = Arc::new(Mutex::new(String::new()));
+    let readers: Vec<_> = [
+        child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
+        child.stderr.take().map(|e| Box::new(e) as _),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|stream| {
+        let console = console.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let mut console = console.lock().unwrap();
+                console.push_str(&line);
+                console.push('\n');
+            }
+        })
+    })
+    .collect();
+    let mut hung = None;
+    while child.try_wait()?.is_none() {
+        std::thread::sleep(Duration::from_secs(5));
+        if hung.is_none() {
+            hung = lockup::hung(&console.lock().unwrap());
+            if hung.is_some() {
+                println!("vm: {} locked up (soft lockup past two minutes): stopping the guest", kernel.version);
+                let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            }
+        }
+    }
+    for reader in readers {
+        let _ = reader.join();
+    }
+    let console = std::mem::take(&mut *console.lock().unwrap());
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.
     let exit = console
         .lines()
         .find_map(|l| l.split("script exited with code ").nth(1))
         .and_then(|c| c.trim().parse::<i32>().ok());
-    Ok((console, exit))
+    Ok(Guest { console, exit, hung })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_a_hang_only_the_runs_that_had_not_passed_run_again() {
+        let bin = Path::new("/bin/true");
+        let runs: Vec<Run> = [("auto", "time_wait"), ("auto", "trace"), ("auto", "scanner"), ("kprobe", "time_wait")]
+            .into_iter()
+            .map(|(mode, name)| Run { mode, name, bin })
+            .collect();
+        let report = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        let named = |runs: &[Run]| runs.iter().map(|r| format!("{} {}", r.mode, r.name)).collect::<Vec<_>>();
+        // Hung in the middle of trace: time_wait passed, trace never said.
+        let (rest, failed) = not_passed(
+            &runs,
+            &report(&[
+                "MATRIX mode=auto kernel=6.1",
+                "MATRIX test mode=auto time_wait rc=0 test result: ok. 4 passed;",
+            ]),
+        );
+        assert!(!failed);
+        assert_eq!(named(&rest), named(&runs[1..]));
+        // A test that failed before the hang fails the kernel, and runs
+        // again (its result then is reported too).
+        let (rest, failed) = not_passed(
+            &runs,
+            &report(&["MATRIX test mode=auto time_wait rc=101 test result: FAILED. 3 passed; 1 failed;"]),
+        );
+        assert!(failed);
+        assert_eq!(named(&rest), named(&runs));
+        let (_, failed) = not_passed(&runs, &report(&["MATRIX attach-failed mode=auto"]));
+        assert!(failed);
+    }
 
     #[test]
     fn a_guest_that_stopped_early_says_why_with_its_console_and_last_test_log() {

@@ -15,7 +15,7 @@
 //! yardstick that drifts with the guest.
 use std::{fmt::Write as _, fs, path::Path};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use super::{ProgramStats, field};
 use crate::{run_cmd, vm};
@@ -140,9 +140,12 @@ fn measure_kernel(
     fs::write(&script, s)?;
     run_cmd(std::process::Command::new("chmod").arg("+x").arg(&script))?;
     println!("bench: program cost in {} ({}), software emulation", kernel.version, kernel.series);
-    let (console, exit) = vm::boot(kernel, &script, &out, 1500)?;
-    fs::write(out.join("console.log"), &console)?;
-    anyhow::ensure!(exit == Some(0), "the guest script failed in {}: see {}", kernel.series, out.display());
+    let guest = vm::boot(kernel, &script, &out, 1500)?;
+    fs::write(out.join("console.log"), &guest.console)?;
+    if let Some(report) = guest.hung {
+        bail!("the {} guest locked up; the kernel said:\n{report}", kernel.series);
+    }
+    anyhow::ensure!(guest.exit == Some(0), "the guest script failed in {}: see {}", kernel.series, out.display());
     runs.iter().map(|(mode, run)| read_run(&out, mode, run)).collect()
 }
 

@@ -57,7 +57,8 @@ pub struct Conntrack {
     pub entries: u64,
     /// nf_conntrack_max: at this many entries new connections are dropped.
     pub limit: u64,
-    /// Drops since the namespace was created, by `DropReason::ALL`'s order.
+    /// Drops since the namespace was created, by `DropReason::ALL`'s order;
+    /// zeros in a one-shot reading (doctor), which does not read them.
     #[serde(skip)]
     pub drops: [u64; 3],
 }
@@ -74,7 +75,8 @@ impl Conntrack {
 pub struct ConntrackFiles {
     count: File,
     max: File,
-    stat: File,
+    /// The drops, for who follows them from round to round.
+    stat: Option<File>,
 }
 
 /// Files `ConntrackFiles` holds.
@@ -82,21 +84,28 @@ pub const FILES: u64 = 3;
 
 impl ConntrackFiles {
     /// The files of the namespace `dirs` were opened in; None where
-    /// nf_conntrack is not loaded.
-    pub fn open(dirs: &Dirs) -> Option<Self> {
+    /// nf_conntrack is not loaded. The drops' statistics (a row per CPU to
+    /// read and parse, in every namespace) only with `follow_drops`.
+    pub fn open(dirs: &Dirs, follow_drops: bool) -> Option<Self> {
         Some(Self {
             count: dirs.sysctl("netfilter/nf_conntrack_count").ok()?,
             max: dirs.sysctl("netfilter/nf_conntrack_max").ok()?,
-            stat: dirs.proc_net("stat/nf_conntrack").ok()?,
+            stat: if follow_drops { Some(dirs.proc_net("stat/nf_conntrack").ok()?) } else { None },
         })
     }
 
     pub fn read(&self) -> io::Result<Conntrack> {
-        let stat = read_text(&self.stat)?;
+        let drops = match &self.stat {
+            Some(file) => {
+                let stat = read_text(file)?;
+                drops(&stat).ok_or_else(|| invalid(format!("/proc/net/stat/nf_conntrack: `{stat}`")))?
+            }
+            None => [0; 3],
+        };
         Ok(Conntrack {
             entries: number(&self.count, "nf_conntrack_count")?,
             limit: number(&self.max, "nf_conntrack_max")?,
-            drops: drops(&stat).ok_or_else(|| invalid(format!("/proc/net/stat/nf_conntrack: `{stat}`")))?,
+            drops,
         })
     }
 }
@@ -169,8 +178,10 @@ mod tests {
     /// This host's own table (nf_conntrack is built into the test kernels).
     #[test]
     fn the_hosts_table_reads() {
-        let files = ConntrackFiles::open(&Dirs::open().expect("/proc")).expect("nf_conntrack loaded");
-        let table = files.read().unwrap();
-        assert!(table.limit > 0, "{table:?}");
+        let dirs = Dirs::open().expect("/proc");
+        let following = ConntrackFiles::open(&dirs, true).expect("nf_conntrack loaded").read().unwrap();
+        let once = ConntrackFiles::open(&dirs, false).expect("nf_conntrack loaded").read().unwrap();
+        assert!(following.limit > 0, "{following:?}");
+        assert_eq!((once.limit, once.drops), (following.limit, [0; 3]), "a one-shot reading has no drops");
     }
 }

@@ -15,7 +15,7 @@ use netlink_packet_sock_diag::{
     constants::AF_INET,
     inet::{ExtensionFlags, InetResponse, InetResponseHeader, StateFlags, nlas::Nla},
 };
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
+use netlink_sys::{Socket, protocols::NETLINK_SOCK_DIAG};
 
 /// One listening socket as sock_diag reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +44,12 @@ pub struct DiagSocket {
 }
 
 impl DiagSocket {
-    /// A socket for the calling thread's network namespace.
+    /// A socket for the calling thread's network namespace. Neither bound
+    /// nor connected: the first request binds it to a port id of its own
+    /// (netlink's autobind) and goes to the kernel (port id 0) by default,
+    /// three system calls fewer for every namespace read.
     pub fn open() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
-        socket.bind_auto()?;
-        socket.connect(&SocketAddr::new(0, 0))?;
-        Ok(Self { socket, sequence: 0 })
+        Ok(Self { socket: Socket::new(NETLINK_SOCK_DIAG)?, sequence: 0 })
     }
 
     /// All TCP listeners of the socket's namespace (`netns`). A dump of

@@ -102,7 +102,7 @@ impl NetnsFiles {
             diag: DiagSocket::open()?,
             screen: ScreenFiles::open(&dirs, follow_changes)?,
             settings: SettingsFiles::open(&dirs)?,
-            conntrack: ConntrackFiles::open(&dirs),
+            conntrack: ConntrackFiles::open(&dirs, follow_changes),
         })
     }
 

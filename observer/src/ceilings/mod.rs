@@ -63,6 +63,9 @@ impl Report {
 /// Run the check list on `scope`.
 pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Report, Error> {
     let host = netns::host(proc_root);
+    // Read once: the namespaces, the listeners' owners and the open files
+    // each need every process's.
+    let processes = netns::of_processes(proc_root);
     let mut identities =
         Identities { attributor: Attributor::new(proc_root, None, pod_logs.clone()), known: HashMap::new() };
     // The pod's processes, for --pod.
@@ -77,7 +80,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         _ => None,
     };
     let namespaces: BTreeMap<u32, PathBuf> = match scope {
-        Scope::All => netns::all(proc_root),
+        Scope::All => netns::all_of(proc_root, &processes),
         Scope::Pod(_) => pod_pids
             .iter()
             .flatten()
@@ -118,7 +121,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
         sweep::once(namespaces, warning, checks::REUSE_WARNING_TIME_WAIT);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| (l.inode, l.netns))).collect();
-    let owners = owners::owners_of_sockets(proc_root, &inodes);
+    let owners = owners::owners_among(proc_root, &processes, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
     for (inode, listeners, u) in &usages {
         let netns = &names[inode];
@@ -172,7 +175,8 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
             time_wait: u.counts.as_ref().map(|c| c.time_wait),
         });
     }
-    open_files(scope, pod_pids.as_deref(), proc_root, &names, &mut identities, &mut report.findings);
+    let findings = &mut report.findings;
+    open_files(scope, pod_pids.as_deref(), proc_root, &processes, &names, &mut identities, findings);
     checks::sort(&mut report.findings);
     Ok(report)
 }
@@ -223,11 +227,13 @@ fn describe(identities: &mut Identities, pid: u32, comm: &str) -> String {
 }
 
 /// Each process's open files against its soft RLIMIT_NOFILE, for the
-/// processes of the namespaces in scope (or the one pid).
+/// processes of the namespaces in scope (`names`; each process's from
+/// `netns::of_processes`), or the one pid.
 fn open_files(
     scope: &Scope,
     pod_pids: Option<&[u32]>,
     proc_root: &Path,
+    of_processes: &BTreeMap<u32, u32>,
     names: &BTreeMap<u32, String>,
     identities: &mut Identities,
     findings: &mut Vec<Finding>,
@@ -244,8 +250,8 @@ fn open_files(
         {
             continue;
         }
-        let Some(inode) = netns::inode(&proc_root.join(process.pid.to_string()).join("ns/net")) else { continue };
-        let Some(name) = names.get(&inode) else { continue };
+        let Some(inode) = of_processes.get(&(process.pid as u32)) else { continue };
+        let Some(name) = names.get(inode) else { continue };
         let Ok(stat) = process.stat() else { continue };
         // Kernel threads have no files of their own.
         const PF_KTHREAD: u32 = 0x0020_0000;

@@ -23,27 +23,41 @@ pub fn inode(path: &Path) -> Option<u32> {
     std::fs::metadata(path).ok().map(|m| m.ino() as u32)
 }
 
+/// Each process's network namespace: pid -> the namespace's inode, from one
+/// pass over /proc (each a path walk through /proc/PID/ns/net; doctor
+/// asks it three times: for the namespaces, the listeners' owners and the
+/// open files). Kernel threads are the host's; a process gone halfway is
+/// left out.
+pub fn of_processes(proc_root: &Path) -> BTreeMap<u32, u32> {
+    let Ok(entries) = std::fs::read_dir(proc_root) else { return BTreeMap::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            Some((pid, inode(&entry.path().join("ns/net"))?))
+        })
+        .collect()
+}
+
 /// Network namespaces of this host: every process's and every `ip netns`
 /// bind mount, by inode, each with one path that opens it.
 pub fn all(proc_root: &Path) -> BTreeMap<u32, PathBuf> {
+    all_of(proc_root, &of_processes(proc_root))
+}
+
+/// `all`, the processes' namespaces already read (`of_processes`).
+pub fn all_of(proc_root: &Path, processes: &BTreeMap<u32, u32>) -> BTreeMap<u32, PathBuf> {
     let mut found = BTreeMap::new();
-    let mut add = |path: PathBuf| {
-        if let Some(inode) = inode(&path) {
-            found.entry(inode).or_insert(path);
-        }
-    };
-    if let Ok(entries) = std::fs::read_dir(proc_root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-                add(entry.path().join("ns/net"));
-            }
-        }
+    // The lowest pid's path names a namespace of processes.
+    for (pid, inode) in processes {
+        found.entry(*inode).or_insert_with(|| proc_root.join(pid.to_string()).join("ns/net"));
     }
     // After the processes: a namespace that has both is named by one.
     if let Ok(entries) = std::fs::read_dir("/run/netns") {
         for entry in entries.flatten() {
-            add(entry.path());
+            if let Some(inode) = inode(&entry.path()) {
+                found.entry(inode).or_insert(entry.path());
+            }
         }
     }
     found

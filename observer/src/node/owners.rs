@@ -1,9 +1,12 @@
 //! Who holds a socket, found through /proc: for sockets opened before
 //! observer started, which the eBPF side never saw being created.
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+};
 
 use observer_common::{Actor, TASK_COMM_LEN};
-use procfs::process::{FDTarget, all_processes_with_root};
+use procfs::process::{FDTarget, Process};
 
 use super::netns;
 
@@ -17,36 +20,44 @@ use super::netns;
 /// another namespace (passed over a unix socket) stays unnamed. Call it
 /// rarely: callers cache.
 pub fn owners_of_sockets(proc_root: &Path, wanted: &HashMap<u32, u32>) -> HashMap<u32, Actor> {
+    if wanted.is_empty() {
+        return HashMap::new();
+    }
+    owners_among(proc_root, &netns::of_processes(proc_root), wanted)
+}
+
+/// `owners_of_sockets`, each process's namespace already read
+/// (`netns::of_processes`).
+pub fn owners_among(
+    proc_root: &Path,
+    processes: &BTreeMap<u32, u32>,
+    wanted: &HashMap<u32, u32>,
+) -> HashMap<u32, Actor> {
     let mut found = HashMap::new();
     let mut left: HashMap<u32, usize> = HashMap::new();
     for netns in wanted.values() {
         *left.entry(*netns).or_default() += 1;
     }
-    if left.is_empty() {
-        return found;
-    }
-    let Ok(processes) = all_processes_with_root(proc_root) else { return found };
-    for process in processes.flatten() {
-        let ns_path = proc_root.join(process.pid.to_string()).join("ns/net");
-        let Some(netns) = netns::inode(&ns_path) else { continue };
-        if left.get(&netns).is_none_or(|n| *n == 0) {
+    for (&pid, netns) in processes {
+        if left.get(netns).is_none_or(|n| *n == 0) {
             continue;
         }
+        let Ok(process) = Process::new_with_root(proc_root.join(pid.to_string())) else { continue };
         let Ok(fds) = process.fd() else { continue };
         for fd in fds.flatten() {
             let FDTarget::Socket(inode) = fd.target else { continue };
             let Ok(inode) = u32::try_from(inode) else { continue };
-            if wanted.get(&inode) != Some(&netns) || found.contains_key(&inode) {
+            if wanted.get(&inode) != Some(netns) || found.contains_key(&inode) {
                 continue;
             }
             found.insert(inode, actor_of(&process));
-            if let Some(n) = left.get_mut(&netns) {
+            if let Some(n) = left.get_mut(netns) {
                 *n -= 1;
             }
             if found.len() == wanted.len() {
                 return found;
             }
-            if left.get(&netns).is_none_or(|n| *n == 0) {
+            if left.get(netns).is_none_or(|n| *n == 0) {
                 break;
             }
         }

@@ -80,11 +80,17 @@ pub fn measure(observer: &Path, churn: &Path) -> Result<Vec<SweepPoint>> {
         }
         points.push(point(observer, churn, pods.len(), sockets)?);
         println!(
-            "bench: sweep: {} namespaces, {} sockets: {:.1} ms per round, doctor {:.1} ms",
+            "bench: sweep: {} namespaces, {} sockets: {:.1} ms per round, doctor {:.1} ms (runs: {})",
             want,
             points.last().map_or(0, |p: &SweepPoint| p.sockets),
             points.last().map_or(0.0, |p| p.round_ms),
-            points.last().map_or(0.0, |p| p.doctor_median_ms())
+            points.last().map_or(0.0, |p| p.doctor_median_ms()),
+            points.last().map_or(String::new(), |p| p
+                .doctor_ms
+                .iter()
+                .map(|ms| format!("{ms:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "))
         );
     }
     Ok(points)
@@ -146,6 +152,10 @@ fn point(observer: &Path, churn: &str, pods: usize, sockets: u64) -> Result<Swee
     drop(running);
     let mut doctor_ms = Vec::with_capacity(DOCTOR_RUNS);
     for _ in 0..DOCTOR_RUNS {
+        // A second apart: a passing disturbance of the machine (a run of
+        // the kernel's own work) then spoils one run, which the median
+        // leaves out, rather than all of them.
+        std::thread::sleep(Duration::from_secs(1));
         let before = children_cpu_seconds();
         let out = Command::new(observer).args(["doctor", "--json"]).output()?;
         // Exit 0/1/2 is the verdict; 3 is an error.

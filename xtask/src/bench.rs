@@ -279,11 +279,15 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    namespaces x sockets, as the issue warned: every namespace's iterator
    walks the node-wide established hash. Each pass is given 5 s
    (`PASS_LIMIT`), so a big node near 300k sockets is close to a start
-   that enters nothing (logged). To do: walk each socket once, not
-   once per namespace (e.g. screen namespaces by their sockstat first,
-   or key the pass by the socket's own namespace from a single walk, if
-   the kernel's iterator allows it: to be checked in
-   `net/ipv4/tcp_ipv4.c`). The same run read the daemon's CPU per round
+   that enters nothing (logged; since 2026-12-04 a late pass leaves out
+   only the namespaces it had not read by then). To do: walk each socket
+   once, not once per namespace. Checked in `net/ipv4/tcp_ipv4.c`: the
+   iterator cannot key one walk by the socket's namespace, since it
+   skips every socket outside the namespace its reader was created in
+   (`seq_sk_match`: `net_eq(sock_net(sk), seq_file_net(seq))`), as
+   sock_diag and /proc/net/tcp do; a single walk would have to come from
+   elsewhere (the sockets processes hold, `iter/task_file`, plus the
+   accept queues). The same run read the daemon's CPU per round
    at 44, 55, 74 ms (0, 25, 110 namespaces, ~99k sockets; 41 ms at
    10k, 150 ms at 299k) and doctor's at 58, 78, 107 ms: above run 7's
    24-38 ms and the 40 ms goal; the rounds have grown since (the
@@ -1064,4 +1068,17 @@ fn uname() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HISTORY;
+
+    /// The history is written here and copied into BENCHMARKS.md by each
+    /// full run: an edit made to the copy alone would be lost by the next.
+    #[test]
+    fn benchmarks_md_carries_the_history_as_written_here() {
+        let md = std::fs::read_to_string(crate::workspace_root().join("BENCHMARKS.md")).unwrap();
+        assert!(md.contains(HISTORY), "BENCHMARKS.md's history differs from bench.rs's HISTORY: edit both alike");
+    }
 }

@@ -276,7 +276,7 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
 }
 
 /// One test binary in one attach mode.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 struct Run<'a> {
     mode: &'static str,
     name: &'a str,
@@ -287,9 +287,9 @@ struct Run<'a> {
 /// per-mode summary lines and whether all passed.
 ///
 /// A guest whose kernel hung (lockup.rs) is booted once more for the runs
-/// that had not passed: every test still runs to its end on that kernel,
-/// and the report says the first boot hung, with the kernel's own words.
-/// A second hang, or any failed test, fails the kernel.
+/// that had not ended: every test still runs to its end on that kernel,
+/// once, and the report says the first boot hung, with the kernel's own
+/// words. A second hang, or any failed test, fails the kernel.
 pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool)> {
     let runs: Vec<Run> = MODES
         .iter()
@@ -302,9 +302,9 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
         .collect();
     let first = boot_for(kernel, bins, &runs, "")?;
     let Some(hang) = &first.hung else { return Ok((first.summary, first.ok)) };
-    let (rest, failed_before) = not_passed(&runs, &first.report);
+    let (rest, failed_before) = not_run(&runs, &first.report);
     let mut summary = format!(
-        "{}MATRIX kernel-hung kernel={}: the guest locked up; {} runs had not passed. The kernel's report:\n{hang}\n",
+        "{}MATRIX kernel-hung kernel={}: the guest locked up; {} runs had not ended. The kernel's report:\n{hang}\n",
         first.summary,
         kernel.version,
         rest.len()
@@ -312,19 +312,25 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
     if rest.is_empty() {
         return Ok((summary, !failed_before));
     }
-    println!("vm: booting {} again for the {} runs that had not passed", kernel.version, rest.len());
+    println!("vm: booting {} again for the {} runs that had not ended", kernel.version, rest.len());
     let second = boot_for(kernel, bins, &rest, "-again")?;
     summary.push_str(&second.summary);
     Ok((summary, !failed_before && second.ok))
 }
 
-/// Of `runs`, those a boot's `report` does not say passed, and whether it
-/// says any failed (a test, or the daemon's attach check).
-fn not_passed<'a>(runs: &[Run<'a>], report: &[String]) -> (Vec<Run<'a>>, bool) {
+/// Of `runs`, those a boot's `report` has no result for (the one it hung
+/// in and those after), and whether it says any failed (a test, or the
+/// daemon's attach check): a failed test is not run again, its verdict
+/// stands.
+fn not_run<'a>(runs: &[Run<'a>], report: &[String]) -> (Vec<Run<'a>>, bool) {
     let results: Vec<_> = report.iter().filter_map(|line| test_result(line)).collect();
     let failed = results.iter().any(|&(_, _, passed)| !passed)
         || report.iter().any(|line| line.starts_with("MATRIX attach-failed"));
-    let rest = runs.iter().filter(|run| !results.contains(&(run.mode, run.name, true))).cloned().collect();
+    let rest = runs
+        .iter()
+        .filter(|run| !results.iter().any(|&(mode, name, _)| (mode, name) == (run.mode, run.name)))
+        .cloned()
+        .collect();
     (rest, failed)
 }
 
@@ -533,6 +539,8 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         let _ = reader.join();
     }
     let console = std::mem::take(&mut *console.lock().unwrap());
+    // The whole report, should its last lines have come after the check.
+    let hung = hung.map(|first| lockup::hung(&console).unwrap_or(first));
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.
     let exit = console
@@ -547,7 +555,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_a_hang_only_the_runs_that_had_not_passed_run_again() {
+    fn after_a_hang_only_the_runs_that_had_not_ended_run_again() {
         let bin = Path::new("/bin/true");
         let runs: Vec<Run> = [("auto", "time_wait"), ("auto", "trace"), ("auto", "scanner"), ("kprobe", "time_wait")]
             .into_iter()
@@ -556,7 +564,7 @@ mod tests {
         let report = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
         let named = |runs: &[Run]| runs.iter().map(|r| format!("{} {}", r.mode, r.name)).collect::<Vec<_>>();
         // Hung in the middle of trace: time_wait passed, trace never said.
-        let (rest, failed) = not_passed(
+        let (rest, failed) = not_run(
             &runs,
             &report(&[
                 "MATRIX mode=auto kernel=6.1",
@@ -565,15 +573,15 @@ mod tests {
         );
         assert!(!failed);
         assert_eq!(named(&rest), named(&runs[1..]));
-        // A test that failed before the hang fails the kernel, and runs
-        // again (its result then is reported too).
-        let (rest, failed) = not_passed(
+        // A test that failed before the hang fails the kernel; it does not
+        // run again (its failure is the verdict, counted once).
+        let (rest, failed) = not_run(
             &runs,
             &report(&["MATRIX test mode=auto time_wait rc=101 test result: FAILED. 3 passed; 1 failed;"]),
         );
         assert!(failed);
-        assert_eq!(named(&rest), named(&runs));
-        let (_, failed) = not_passed(&runs, &report(&["MATRIX attach-failed mode=auto"]));
+        assert_eq!(named(&rest), named(&runs[1..]));
+        let (_, failed) = not_run(&runs, &report(&["MATRIX attach-failed mode=auto"]));
         assert!(failed);
     }
 

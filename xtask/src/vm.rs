@@ -19,7 +19,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{run_cmd, setup, workspace_root};
 
-mod lockup;
+mod kernel_fault;
 
 /// virtme-ng version (PyPI), pinned.
 const VIRTME_NG: &str = "1.42";
@@ -286,10 +286,11 @@ struct Run<'a> {
 /// Boot `kernel` and run every test binary in every mode; returns the
 /// per-mode summary lines and whether all passed.
 ///
-/// A guest whose kernel hung (lockup.rs) is booted once more for the runs
-/// that had not ended: every test still runs to its end on that kernel,
-/// once, and the report says the first boot hung, with the kernel's own
-/// words. A second hang, or any failed test, fails the kernel.
+/// A guest whose kernel failed (kernel_fault.rs: a lockup, an oops) is
+/// stopped then and booted once more for the runs that had not ended:
+/// every test still runs to its end on that kernel, once, and the report
+/// says the first boot failed, with the kernel's own words. A second
+/// failure, or any failed test, fails the kernel.
 pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool)> {
     let runs: Vec<Run> = MODES
         .iter()
@@ -301,10 +302,10 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
         })
         .collect();
     let first = boot_for(kernel, bins, &runs, "")?;
-    let Some(hang) = &first.hung else { return Ok((first.summary, first.ok)) };
+    let Some(fault) = &first.fault else { return Ok((first.summary, first.ok)) };
     let (rest, failed_before) = not_run(&runs, &first.report);
     let mut summary = format!(
-        "{}MATRIX kernel-hung kernel={}: the guest locked up; {} runs had not ended. The kernel's report:\n{hang}\n",
+        "{}MATRIX kernel-failed kernel={}: the guest was stopped; {} runs had not ended. The kernel's report:\n{fault}\n",
         first.summary,
         kernel.version,
         rest.len()
@@ -318,8 +319,8 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
     Ok((summary, !failed_before && second.ok))
 }
 
-/// Of `runs`, those a boot's `report` has no result for (the one it hung
-/// in and those after), and whether it says any failed (a test, or the
+/// Of `runs`, those a boot's `report` has no result for (the one it was
+/// stopped in and those after), and whether it says any failed (a test, or the
 /// daemon's attach check): a failed test is not run again, its verdict
 /// stands.
 fn not_run<'a>(runs: &[Run<'a>], report: &[String]) -> (Vec<Run<'a>>, bool) {
@@ -342,12 +343,13 @@ fn test_result(line: &str) -> Option<(&str, &str, bool)> {
 }
 
 /// What one boot of a guest left: its summary for the report, the lines
-/// its script wrote, whether all passed, and its kernel's report if it hung.
+/// its script wrote, whether all passed, and its kernel's report if it
+/// failed.
 struct Boot {
     summary: String,
     report: Vec<String>,
     ok: bool,
-    hung: Option<String>,
+    fault: Option<String>,
 }
 
 /// Boot `kernel` once and run `runs` in it; `attempt` names its files
@@ -413,7 +415,7 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
     let started = Instant::now();
     // A hang guard only: the 5.10 guest's run takes ~20 min under
     // emulation (its connections binary alone ~7 min in both modes).
-    let Guest { console, exit, hung } = boot(kernel, &script, &out_dir, 2400)?;
+    let Guest { console, exit, fault } = boot(kernel, &script, &out_dir, 2400)?;
     fs::write(vm_dir().join(format!("console-{}{attempt}.log", kernel.series)), &console)?;
     let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
     // The guest writes only the MATRIX lines and the excerpts of failed
@@ -430,8 +432,8 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
         started.elapsed(),
         if ok {
             "PASS"
-        } else if hung.is_some() {
-            "HUNG"
+        } else if fault.is_some() {
+            "KERNEL FAILED"
         } else {
             "FAIL"
         },
@@ -442,7 +444,7 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
         // CI keeps only what is printed, so print why.
         summary.push_str(&ended_early(exit, &console, &out_dir));
     }
-    Ok(Boot { summary, report, ok, hung })
+    Ok(Boot { summary, report, ok, fault })
 }
 
 /// What a guest that never reached its script's end left behind: its exit
@@ -471,16 +473,16 @@ fn ended_early(exit: Option<i32>, console: &str, out_dir: &Path) -> String {
 }
 
 /// What a guest left: its console, its script's exit code (None if the
-/// script never ended) and, if its kernel hung, the kernel's report of it.
+/// script never ended) and, if its kernel failed, the kernel's report.
 pub struct Guest {
     pub console: String,
     pub exit: Option<i32>,
-    pub hung: Option<String>,
+    pub fault: Option<String>,
 }
 
 /// Boot `kernel` under virtme-ng, run `script` in it with `rw_dir` shared
-/// read-write, and return what it left. A guest whose kernel locked up
-/// (lockup.rs) is stopped as soon as the console says so; any other that
+/// read-write, and return what it left. A guest whose kernel failed
+/// (kernel_fault.rs) is stopped as soon as the console says so; any other that
 /// hangs is killed after `timeout_secs`: it fails the run rather than
 /// blocking it.
 pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) -> Result<Guest> {
@@ -505,7 +507,8 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         .arg(script)
         .spawn()?;
     // The console as it comes (vng --verbose prints it on stdout, its own
-    // messages on stderr), so a lockup is seen while the guest still runs.
+    // messages on stderr), so a kernel failure is seen while the guest
+    // still runs.
     let console = Arc::new(Mutex::new(String::new()));
     let readers: Vec<_> = [
         child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
@@ -524,13 +527,15 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         })
     })
     .collect();
-    let mut hung = None;
+    let mut stopped = false;
     while child.try_wait()?.is_none() {
-        std::thread::sleep(Duration::from_secs(5));
-        if hung.is_none() {
-            hung = lockup::hung(&console.lock().unwrap());
-            if hung.is_some() {
-                println!("vm: {} locked up (soft lockup past two minutes): stopping the guest", kernel.version);
+        // Every second: a test that runs on after an oops should not get
+        // to fail for the kernel's sake before the guest is stopped.
+        std::thread::sleep(Duration::from_secs(1));
+        if !stopped {
+            stopped = kernel_fault::failure(&console.lock().unwrap()).is_some();
+            if stopped {
+                println!("vm: the {} kernel failed (an oops, a panic or a lockup): stopping the guest", kernel.version);
                 let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             }
         }
@@ -540,14 +545,16 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
     }
     let console = std::mem::take(&mut *console.lock().unwrap());
     // The whole report, should its last lines have come after the check.
-    let hung = hung.map(|first| lockup::hung(&console).unwrap_or(first));
+    // From the whole console: a panic can end the guest between two looks,
+    // and a report's last lines can come after the look that saw it.
+    let fault = kernel_fault::failure(&console);
     // vng's own exit status is not the guest's (it can run the script on
     // the console fallback); the guest init prints the script's exit code.
     let exit = console
         .lines()
         .find_map(|l| l.split("script exited with code ").nth(1))
         .and_then(|c| c.trim().parse::<i32>().ok());
-    Ok(Guest { console, exit, hung })
+    Ok(Guest { console, exit, fault })
 }
 
 #[cfg(test)]

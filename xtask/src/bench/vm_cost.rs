@@ -142,8 +142,8 @@ fn measure_kernel(
     println!("bench: program cost in {} ({}), software emulation", kernel.version, kernel.series);
     let guest = vm::boot(kernel, &script, &out, 1500)?;
     fs::write(out.join("console.log"), &guest.console)?;
-    if let Some(report) = guest.hung {
-        bail!("the {} guest locked up; the kernel said:\n{report}", kernel.series);
+    if let Some(report) = guest.fault {
+        bail!("the {} guest's kernel failed; it said:\n{report}", kernel.series);
     }
     anyhow::ensure!(guest.exit == Some(0), "the guest script failed in {}: see {}", kernel.series, out.display());
     runs.iter().map(|(mode, run)| read_run(&out, mode, run)).collect()

@@ -482,9 +482,9 @@ pub struct Guest {
 
 /// Boot `kernel` under virtme-ng, run `script` in it with `rw_dir` shared
 /// read-write, and return what it left. A guest whose kernel failed
-/// (kernel_fault.rs) is stopped as soon as the console says so; any other that
-/// hangs is killed after `timeout_secs`: it fails the run rather than
-/// blocking it.
+/// (kernel_fault.rs) is stopped as soon as the console says so; any other
+/// that hangs is killed after `timeout_secs`: it fails the run rather
+/// than blocking it.
 pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) -> Result<Guest> {
     let venv_bin = setup::tools_dir().join("vm-venv/bin");
     let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
@@ -544,7 +544,6 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
         let _ = reader.join();
     }
     let console = std::mem::take(&mut *console.lock().unwrap());
-    // The whole report, should its last lines have come after the check.
     // From the whole console: a panic can end the guest between two looks,
     // and a report's last lines can come after the look that saw it.
     let fault = kernel_fault::failure(&console);

@@ -561,7 +561,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_a_hang_only_the_runs_that_had_not_ended_run_again() {
+    fn after_a_kernel_failure_only_the_runs_that_had_not_ended_run_again() {
         let bin = Path::new("/bin/true");
         let runs: Vec<Run> = [("auto", "time_wait"), ("auto", "trace"), ("auto", "scanner"), ("kprobe", "time_wait")]
             .into_iter()
@@ -569,7 +569,7 @@ mod tests {
             .collect();
         let report = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
         let named = |runs: &[Run]| runs.iter().map(|r| format!("{} {}", r.mode, r.name)).collect::<Vec<_>>();
-        // Hung in the middle of trace: time_wait passed, trace never said.
+        // Stopped in the middle of trace: time_wait passed, trace never said.
         let (rest, failed) = not_run(
             &runs,
             &report(&[

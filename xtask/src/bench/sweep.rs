@@ -78,20 +78,16 @@ pub fn measure(observer: &Path, churn: &Path) -> Result<Vec<SweepPoint>> {
             let server = serve(&ns, churn, "127.0.0.1:8080")?;
             pods.push(Pod { _ns: ns, server });
         }
-        points.push(point(observer, churn, pods.len(), sockets)?);
+        let p = point(observer, churn, pods.len(), sockets)?;
+        let runs: Vec<String> = p.doctor_ms.iter().map(|ms| format!("{ms:.1}")).collect();
         println!(
-            "bench: sweep: {} namespaces, {} sockets: {:.1} ms per round, doctor {:.1} ms (runs: {})",
-            want,
-            points.last().map_or(0, |p: &SweepPoint| p.sockets),
-            points.last().map_or(0.0, |p| p.round_ms),
-            points.last().map_or(0.0, |p| p.doctor_median_ms()),
-            points.last().map_or(String::new(), |p| p
-                .doctor_ms
-                .iter()
-                .map(|ms| format!("{ms:.1}"))
-                .collect::<Vec<_>>()
-                .join(", "))
+            "bench: sweep: {want} namespaces, {} sockets: {:.1} ms per round, doctor {:.1} ms (runs: {})",
+            p.sockets,
+            p.round_ms,
+            p.doctor_median_ms(),
+            runs.join(", ")
         );
+        points.push(p);
     }
     Ok(points)
 }

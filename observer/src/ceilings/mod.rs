@@ -71,7 +71,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     // The pod's processes, for --pod.
     let pod_pids: Option<Vec<u32>> = match scope {
         Scope::Pod(pod) => {
-            let pids = pod_processes(proc_root, &mut identities, pod);
+            let pids = pod_processes(&processes, &mut identities, pod);
             if pids.is_empty() {
                 return Err(Error::NoPod { pod: pod.clone(), pod_logs });
             }
@@ -84,10 +84,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         Scope::Pod(_) => pod_pids
             .iter()
             .flatten()
-            .filter_map(|pid| {
-                let path = proc_root.join(pid.to_string()).join("ns/net");
-                Some((netns::inode(&path)?, path))
-            })
+            .filter_map(|pid| Some((*processes.get(pid)?, proc_root.join(pid.to_string()).join("ns/net"))))
             .collect(),
         Scope::Netns(path) => {
             let inode = netns::inode(path).ok_or_else(|| Error::NoNetns { path: path.clone() })?;
@@ -202,14 +199,10 @@ fn pod_name(identities: &mut Identities, pid: u32) -> Option<String> {
     Some(format!("{}/{}", pod.namespace.as_ref()?, pod.pod_name.as_ref()?))
 }
 
-/// The processes of pod `pod` (`namespace/name`).
-fn pod_processes(proc_root: &Path, identities: &mut Identities, pod: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir(proc_root) else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| pod_name(identities, *pid).as_deref() == Some(pod))
-        .collect()
+/// The processes of pod `pod` (`namespace/name`), among `processes`
+/// (`netns::of_processes`).
+fn pod_processes(processes: &BTreeMap<u32, u32>, identities: &mut Identities, pod: &str) -> Vec<u32> {
+    processes.keys().copied().filter(|pid| pod_name(identities, *pid).as_deref() == Some(pod)).collect()
 }
 
 /// `nginx pid 4711 in shop/web-0` (the pod when there is one), named by

@@ -6,7 +6,7 @@ use std::{
 };
 
 use observer_common::{Actor, TASK_COMM_LEN};
-use procfs::process::{FDTarget, Process};
+use procfs::process::Process;
 
 use super::netns;
 
@@ -42,14 +42,12 @@ pub fn owners_among(
         if left.get(netns).is_none_or(|n| *n == 0) {
             continue;
         }
-        let Ok(process) = Process::new_with_root(proc_root.join(pid.to_string())) else { continue };
-        let Ok(fds) = process.fd() else { continue };
-        for fd in fds.flatten() {
-            let FDTarget::Socket(inode) = fd.target else { continue };
-            let Ok(inode) = u32::try_from(inode) else { continue };
+        let Some(mut fds) = FdTable::open(&proc_root.join(pid.to_string()).join("fd")) else { continue };
+        while let Some(inode) = fds.next_socket() {
             if wanted.get(&inode) != Some(netns) || found.contains_key(&inode) {
                 continue;
             }
+            let Ok(process) = Process::new_with_root(proc_root.join(pid.to_string())) else { break };
             found.insert(inode, actor_of(&process));
             if let Some(n) = left.get_mut(netns) {
                 *n -= 1;
@@ -63,6 +61,42 @@ pub fn owners_among(
         }
     }
     found
+}
+
+/// A process's /proc/PID/fd, read one entry at a time: each descriptor
+/// is one readlinkat() relative to the directory (procfs' iterator opens,
+/// reads, stats and closes each: four calls, on every fd of a pod's
+/// processes), and the reading stops where the caller does.
+struct FdTable {
+    /// For readlinkat(); `entries` reads a duplicate of it.
+    dir: std::fs::File,
+    entries: nix::dir::OwningIter,
+}
+
+impl FdTable {
+    fn open(path: &Path) -> Option<Self> {
+        let dir = std::fs::File::open(path).ok()?;
+        let entries = nix::dir::Dir::from_fd(dir.try_clone().ok()?.into()).ok()?.into_iter();
+        Some(Self { dir, entries })
+    }
+
+    /// The inode of the next descriptor that is a socket (`socket:[N]`).
+    fn next_socket(&mut self) -> Option<u32> {
+        for entry in self.entries.by_ref() {
+            let Ok(entry) = entry else { return None };
+            let name = entry.file_name();
+            if name.to_bytes().first().is_none_or(|b| !b.is_ascii_digit()) {
+                continue; // `.` and `..`
+            }
+            // Gone since the listing (closed): the next one.
+            let Ok(target) = nix::fcntl::readlinkat(&self.dir, name) else { continue };
+            let inode = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+            if inode.is_some() {
+                return inode;
+            }
+        }
+        None
+    }
 }
 
 fn actor_of(process: &procfs::process::Process) -> Actor {

@@ -150,6 +150,25 @@ fn a_pod_names_its_namespace_and_pod_scopes_to_it() {
     // Every namespace: the pod's is named by its pod.
     let (_, all) = doctor(&["--pod-logs", &logs]);
     assert!(all["namespaces"].as_array().unwrap().iter().any(|n| n["netns"] == pod), "{all:#}");
+    // Every process's open files but kernel threads' (they have none of
+    // their own; their flags in /proc/PID/stat say which they are).
+    let listed: Vec<u32> = all["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "open-files")
+        .filter_map(|f| f["subject"].as_str()?.split(" pid ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(listed.contains(&pid), "the pod's server among {listed:?}");
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let kernel_thread = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        after_comm.split_whitespace().nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
+    };
+    assert!(kernel_thread(2), "kthreadd's flags read as a kernel thread's");
+    let threads: Vec<u32> = listed.iter().copied().filter(|p| kernel_thread(*p)).collect();
+    assert!(threads.is_empty(), "kernel threads listed with open files: {threads:?}");
 
     // No such pod: the checks cannot run (3), and the error says why.
     let out = Command::new(OBSERVER).args(["doctor", "--pod-logs", &logs, "--pod", "shop/nope"]).output().unwrap();

@@ -160,7 +160,7 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         for l in listeners {
             let owner = owners
                 .get(&l.inode)
-                .map(|a| describe(&mut identities, a.tgid, a.comm_str()))
+                .map(|a| describe(&mut identities, a.tgid, || a.comm_str().to_string()))
                 .unwrap_or_else(|| "owner unknown".into());
             let subject = format!("listener {} ({owner})", std::net::SocketAddr::from((l.address, l.port)));
             report.findings.push(Finding::new(Check::AcceptQueue, netns, subject, l.queued.into(), l.backlog.into()));
@@ -207,9 +207,12 @@ fn pod_processes(processes: &BTreeMap<u32, u32>, identities: &mut Identities, po
 
 /// `nginx pid 4711 in shop/web-0` (the pod when there is one), named by
 /// its executable (`comm` if that cannot be read).
-fn describe(identities: &mut Identities, pid: u32, comm: &str) -> String {
+fn describe(identities: &mut Identities, pid: u32, comm: impl FnOnce() -> String) -> String {
     let identity = identities.of(pid);
-    let name = identity.executable.as_deref().unwrap_or(comm);
+    let name = match &identity.executable {
+        Some(executable) => executable.clone(),
+        None => comm(),
+    };
     match &identity.pod {
         Some(pod) => match (&pod.namespace, &pod.pod_name) {
             (Some(ns), Some(p)) => format!("{name} pid {pid} in {ns}/{p}"),
@@ -245,14 +248,9 @@ fn open_files(
         }
         let Some(inode) = of_processes.get(&(process.pid as u32)) else { continue };
         let Some(name) = names.get(inode) else { continue };
-        let Ok(stat) = process.stat() else { continue };
-        // Kernel threads have no files of their own.
-        const PF_KTHREAD: u32 = 0x0020_0000;
-        if stat.flags & PF_KTHREAD != 0 {
-            continue;
-        }
+        // None for kernel threads too: no files of their own.
         let Some(files) = files::of(&process, proc_root) else { continue };
-        let subject = describe(identities, process.pid as u32, &stat.comm);
+        let subject = describe(identities, process.pid as u32, || process.stat().map(|s| s.comm).unwrap_or_default());
         findings.push(Finding::new(Check::OpenFiles, name, subject, files.open, files.limit));
     }
 }

@@ -10,17 +10,22 @@ pub struct OpenFiles {
     pub limit: u64,
 }
 
-/// None: the process is gone, out of reach, or has no limit.
+/// None: the process is gone, out of reach, has no limit, or holds no
+/// file at all (kernel threads have no file table: nothing to count, so
+/// their limits are never read).
 pub fn of_process(proc_root: &Path, pid: u32) -> Option<OpenFiles> {
     of(&procfs::process::Process::new_with_root(proc_root.join(pid.to_string())).ok()?, proc_root)
 }
 
 /// `of_process` for a process already open (one of `proc_root`'s).
 pub fn of(process: &procfs::process::Process, proc_root: &Path) -> Option<OpenFiles> {
+    // The count first: one stat, and a node's kernel threads (hundreds on
+    // a large machine) end here.
+    let open = count(&proc_root.join(process.pid.to_string()).join("fd")).filter(|n| *n > 0)?;
     let procfs::process::LimitValue::Value(limit) = process.limits().ok()?.max_open_files.soft_limit else {
         return None;
     };
-    Some(OpenFiles { open: count(&proc_root.join(process.pid.to_string()).join("fd"))?, limit })
+    Some(OpenFiles { open, limit })
 }
 
 /// The descriptors of /proc/PID/fd (`dir`) the kernel counts taken. Since

@@ -385,6 +385,33 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    namespace (setns, a diag socket and its listener dump, ~15 small
    files), ~3 ms the process itself. Its CPU grows linearly with the
    sockets (~0.17 ms per 1,000).
+17. **2026-12-05, doctor's processes (issue 16)**: the listeners'
+   owners are found with one readlinkat per descriptor, relative to the
+   open /proc/PID/fd (procfs' iterator opened, read, stat'ed and closed
+   each: four calls), and a process's open files are counted (one stat)
+   before anything else is read of it, so a kernel thread (no file
+   table; 68 of 75 processes on this idle machine, hundreds on a large
+   node) is left before its stat and limits are parsed. 110 namespaces,
+   few sockets, `perf stat` alternated: ~0.5 ms less each (13.8-15.1 ->
+   13.1-13.6 ms; 17.3 -> 16.8 ms). Two `--sweep-only` runs: the daemon
+   at 5, 5-11 and 17-18 ms per round (0, 25, 110 namespaces, ~99k
+   sockets), 19-20 ms at 10k, 33-35 ms at 298k; doctor at 25.6-26.6,
+   29.1-29.8 ms, and at 110 namespaces 41.1 and 43.0 ms (runs 40.0-51.5),
+   25.6-30.1 ms at 10k, 74.4 ms at 298k; the start-up pass 84-90,
+   172-185, 496-588 ms, 239-281 ms at 10k, 1.7-2.8 s at 298k. The
+   second run read every doctor point 1-5 ms above the first with the
+   same binary: the machine's drift, as large as the change. Measured
+   beside it, on one scene (110 namespaces, ~4k sockets): doctor's runs a
+   second apart (as the bench spaces them) cost ~10% more than runs back
+   to back (21.7 against 19.7 ms: colder caches), and the same scene
+   read 20 then 25 ms ten minutes apart. So at 110 namespaces and 100k
+   sockets doctor stays at the goal's edge in this bench (the busy
+   namespace's one dump ~17-20 ms; per namespace ~80 us of system calls:
+   setns, three sysctl directories whose lookup compares against every
+   namespace's alike-named entry, a diag socket and its listener walk of
+   the 16,384-bucket listening hash, eleven small files; ~25 us per
+   process), over it on a noisy run. What is left is the kernel's side of
+   those calls.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

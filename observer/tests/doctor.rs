@@ -160,11 +160,10 @@ fn a_pod_names_its_namespace_and_pod_scopes_to_it() {
         .filter_map(|f| f["subject"].as_str()?.split(" pid ").nth(1)?.split(' ').next()?.parse().ok())
         .collect();
     assert!(listed.contains(&pid), "the pod's server among {listed:?}");
-    const PF_KTHREAD: u64 = 0x0020_0000;
+    const PF_KTHREAD: u32 = 0x0020_0000;
     let kernel_thread = |pid: u32| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        after_comm.split_whitespace().nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
+        let stat = procfs::process::Process::new(pid as i32).and_then(|p| p.stat());
+        stat.is_ok_and(|s| s.flags & PF_KTHREAD != 0)
     };
     assert!(kernel_thread(2), "kthreadd's flags read as a kernel thread's");
     let threads: Vec<u32> = listed.iter().copied().filter(|p| kernel_thread(*p)).collect();

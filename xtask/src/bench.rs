@@ -394,7 +394,7 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    node) is left before its stat and limits are parsed. 110 namespaces,
    few sockets, `perf stat` alternated: ~0.5 ms less each (13.8-15.1 ->
    13.1-13.6 ms; 17.3 -> 16.8 ms). Two `--sweep-only` runs: the daemon
-   at 5, 5-11 and 17-18 ms per round (0, 25, 110 namespaces, ~99k
+   at 5, 8-11 and 17-18 ms per round (0, 25, 110 namespaces, ~99k
    sockets), 19-20 ms at 10k, 33-35 ms at 298k; doctor at 25.6-26.6,
    29.1-29.8 ms, and at 110 namespaces 41.1 and 43.0 ms (runs 40.0-51.5),
    25.6-30.1 ms at 10k, 74.4 ms at 298k; the start-up pass 84-90,

@@ -2,11 +2,14 @@
 //! observer started, which the eBPF side never saw being created.
 use std::{
     collections::{BTreeMap, HashMap},
+    mem::MaybeUninit,
+    ops::ControlFlow,
     path::Path,
 };
 
 use observer_common::{Actor, TASK_COMM_LEN};
 use procfs::process::Process;
+use rustix::fs::RawDir;
 
 use super::netns;
 
@@ -42,61 +45,60 @@ pub fn owners_among(
         if left.get(netns).is_none_or(|n| *n == 0) {
             continue;
         }
-        let Some(mut fds) = FdTable::open(&proc_root.join(pid.to_string()).join("fd")) else { continue };
-        while let Some(inode) = fds.next_socket() {
+        let done = each_socket(&proc_root.join(pid.to_string()).join("fd"), |inode| {
             if wanted.get(&inode) != Some(netns) || found.contains_key(&inode) {
-                continue;
+                return ControlFlow::Continue(());
             }
-            let Ok(process) = Process::new_with_root(proc_root.join(pid.to_string())) else { break };
+            let Ok(process) = Process::new_with_root(proc_root.join(pid.to_string())) else {
+                return ControlFlow::Break(false);
+            };
             found.insert(inode, actor_of(&process));
-            if let Some(n) = left.get_mut(netns) {
-                *n -= 1;
+            let n = left.get_mut(netns).expect("counted above");
+            *n -= 1;
+            match (found.len() == wanted.len(), *n == 0) {
+                (true, _) => ControlFlow::Break(true),
+                (false, true) => ControlFlow::Break(false),
+                (false, false) => ControlFlow::Continue(()),
             }
-            if found.len() == wanted.len() {
-                return found;
-            }
-            if left.get(netns).is_none_or(|n| *n == 0) {
-                break;
-            }
+        });
+        if done {
+            break;
         }
     }
     found
 }
 
-/// A process's /proc/PID/fd, read one entry at a time: each descriptor
-/// is one readlinkat() relative to the directory (procfs' iterator opens,
-/// reads, stats and closes each: four calls, on every fd of a pod's
-/// processes), and the reading stops where the caller does.
-struct FdTable {
-    /// For readlinkat(); `entries` reads a duplicate of it.
-    dir: std::fs::File,
-    entries: nix::dir::OwningIter,
-}
-
-impl FdTable {
-    fn open(path: &Path) -> Option<Self> {
-        let dir = std::fs::File::open(path).ok()?;
-        let entries = nix::dir::Dir::from_fd(dir.try_clone().ok()?.into()).ok()?.into_iter();
-        Some(Self { dir, entries })
-    }
-
-    /// The inode of the next descriptor that is a socket (`socket:[N]`).
-    fn next_socket(&mut self) -> Option<u32> {
-        for entry in self.entries.by_ref() {
-            let Ok(entry) = entry else { return None };
-            let name = entry.file_name();
-            if name.to_bytes().first().is_none_or(|b| !b.is_ascii_digit()) {
-                continue; // `.` and `..`
-            }
-            // Gone since the listing (closed): the next one.
-            let Ok(target) = nix::fcntl::readlinkat(&self.dir, name) else { continue };
-            let inode = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
-            if inode.is_some() {
-                return inode;
-            }
+/// Calls `f` with the inode of each socket among the descriptors of a
+/// process's /proc/PID/fd (`dir`), in the kernel's order (by number),
+/// until `f` breaks, and says what it broke with (false if it never did,
+/// or the process is gone). Each descriptor is one readlinkat() relative
+/// to the open directory (procfs' iterator opens, reads, stats and closes
+/// each: four calls). The listing is read ~40 entries at a time, where
+/// libc's readdir asks for 32 KiB (~1,300 entries, each one the kernel
+/// looks up to list it): a server's listener is among its first
+/// descriptors, and a server holding thousands of connections is left
+/// once the first few are read.
+fn each_socket(dir: &Path, mut f: impl FnMut(u32) -> ControlFlow<bool>) -> bool {
+    let Ok(dir) = std::fs::File::open(dir) else { return false };
+    let mut listing = [MaybeUninit::uninit(); 1024];
+    let mut entries = RawDir::new(&dir, &mut listing);
+    let mut link = [MaybeUninit::uninit(); 64];
+    while let Some(Ok(entry)) = entries.next() {
+        let name = entry.file_name();
+        if name.to_bytes().first().is_none_or(|b| !b.is_ascii_digit()) {
+            continue; // `.` and `..`
         }
-        None
+        // Gone since the listing (closed): the next one.
+        let Ok((target, _)) = rustix::fs::readlinkat_raw(&dir, name, &mut link) else { continue };
+        let inode =
+            std::str::from_utf8(target).ok().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+        if let Some(inode) = inode
+            && let ControlFlow::Break(done) = f(inode)
+        {
+            return done;
+        }
     }
+    false
 }
 
 fn actor_of(process: &procfs::process::Process) -> Actor {
@@ -145,6 +147,26 @@ mod tests {
         assert_eq!(owner(100), Some(10), "the holder in its namespace, not pid 9 in another");
         assert_eq!(owner(200), Some(11));
         assert_eq!(owner(400), None, "held by no one");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_socket_held_behind_hundreds_of_others_is_found() {
+        // The fd directory is read a kilobyte (~40 entries) at a time: the
+        // one socket wanted lies far past the first read, in whatever
+        // order the filesystem lists them.
+        let root = std::env::temp_dir().join(format!("observer-owners-long-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let netns = root.join("netns");
+        std::fs::write(&netns, "").unwrap();
+        let sockets: Vec<u32> = (5000..5300).collect();
+        fake(&root, 12, &netns, &sockets);
+        let inode = std::fs::metadata(&netns).unwrap().ino() as u32;
+        let wanted = HashMap::from([(5299, inode), (5000, inode)]);
+        let found = owners_of_sockets(&root, &wanted);
+        assert_eq!(found.len(), 2, "{:?}", found.keys());
+        assert!(found.values().all(|a| a.tgid == 12));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

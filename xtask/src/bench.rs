@@ -948,14 +948,16 @@ pub fn run(opts: &Options) -> Result<()> {
 }
 
 fn sweep_report(points: &[sweep::SweepPoint]) -> String {
-    let mut md = String::from(
+    let mut md = format!(
         "The sweep of the namespaces (`--sweep-only` measures it alone): N namespaces like pods (one listener \
-         each) besides the host and a busy one holding the sockets (TIME_WAIT toward several destinations, 5000 \
-         held, a connection every 200 ms); the daemon's CPU (user + system) per round at a 1 s interval once its \
-         first readings are done, `observer doctor`'s over every namespace (median of 5 runs), \
+         each) besides the host and a busy one holding the sockets (TIME_WAIT toward several destinations, {} \
+         connections held open, a connection every 200 ms); the daemon's CPU (user + system) per round at a 1 s \
+         interval once its first readings are done, `observer doctor`'s over every namespace (median of {} runs), \
          and the wall time of a new daemon's start-up pass over the connections older than it (the TCP socket \
          iterator, twice in every namespace):\n\n\
          | pod namespaces | TCP sockets | daemon CPU per round | doctor CPU per run | start-up pass |\n|---|---|---|---|---|\n",
+        sweep::HELD,
+        sweep::DOCTOR_RUNS
     );
     for p in points {
         let _ = writeln!(

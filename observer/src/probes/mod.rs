@@ -83,12 +83,12 @@ impl Probes {
         max_sockets: u32,
         proc_root: &Path,
     ) -> Result<(Self, KernelMaps), Error> {
-        let btf = prepare(btf_path)?;
+        let kernel = prepare(btf_path)?;
         // The trace ring buffer stays at its one page, never written.
-        let (mut probes, mut maps, _) = Self::load_object(mode, btf_path, &btf, max_sockets, None)?;
+        let (mut probes, mut maps, _) = Self::load_object(mode, &kernel, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
         (maps.older_connections, maps.left_out_at_start) =
-            older::enter(&mut probes._ebpf, &btf, &maps.listeners, &mut maps.lru, proc_root);
+            older::enter(&mut probes._ebpf, &kernel.btf, &maps.listeners, &mut maps.lru, proc_root);
         Ok((probes, maps))
     }
 
@@ -108,23 +108,19 @@ impl Probes {
         max_sockets: u32,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         let setup = TraceSetup { ring_bytes, kinds, hooks };
-        let btf_path = Path::new(offsets::VMLINUX_BTF);
-        Self::load_object(mode, btf_path, &prepare(btf_path)?, max_sockets, Some(setup))
+        Self::load_object(mode, &prepare(Path::new(offsets::VMLINUX_BTF))?, max_sockets, Some(setup))
     }
 
-    /// `btf_path`'s BTF is read twice: by btf-rs for the offsets and
-    /// kernel facts, by aya (`btf`) for the attach points.
     fn load_object(
         mode: AttachMode,
-        btf_path: &Path,
-        btf: &Btf,
+        kernel: &Kernel,
         max_sockets: u32,
         trace: Option<TraceSetup>,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
-        let kernel_btf = offsets::load_btf(btf_path)?;
-        let kernel = stats::kernel_version();
-        let facts = offsets::KernelFacts::read(&kernel_btf, kernel)?;
-        let time_wait_counted_at_entry = offsets::time_wait_counted_at_entry(&kernel_btf);
+        let Kernel { btf, facts, time_wait_counted_at_entry } = kernel;
+        let time_wait_counted_at_entry = *time_wait_counted_at_entry;
+        // `new` parses the kernel's BTF once more (aya's default), freed
+        // at once when ours replaces it.
         let mut loader = EbpfLoader::new();
         loader
             .btf(Some(btf))
@@ -156,12 +152,12 @@ impl Probes {
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| Error::Load(e.into()))?;
 
         let only = trace.as_ref().map(|t| &t.hooks[..]);
-        let mut attachments = hooks::attach_all(&mut ebpf, btf, &facts, mode, only)?;
+        let mut attachments = hooks::attach_all(&mut ebpf, btf, facts, mode, only)?;
         let programs = attachments
             .iter()
             .flat_map(|a| a.programs.iter().map(move |p| (a.hook, a.mode, *p)))
             .map(|(hook, mode, program)| {
-                ProgramHandle::open(&ebpf, hook, program, mode, kernel)
+                ProgramHandle::open(&ebpf, hook, program, mode, facts.version)
                     .map_err(|reason| Error::Load(format!("{program}: {reason}").into()))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -178,7 +174,7 @@ impl Probes {
             attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();
         if !uncounted.is_empty() {
             tracing::warn!(
-                kernel = %format!("{}.{}", kernel.0, kernel.1),
+                kernel = %format!("{}.{}", facts.version.0, facts.version.1),
                 hooks = %uncounted.join(","),
                 "this kernel does not count the runs of these hooks' programs it skips (fentry/fexit and tp_btf: \
                  Linux 5.12+; kprobe and tracepoint: 6.7+): observer_kernel_missed_events_total has no series for \
@@ -192,19 +188,36 @@ impl Probes {
     }
 }
 
+/// What a load needs of the running kernel's BTF.
+struct Kernel {
+    /// aya's reading of it: the attach points, the iterator's target.
+    btf: Btf,
+    /// Struct offsets and the hooks' signatures, read with btf-rs.
+    facts: offsets::KernelFacts,
+    /// `offsets::time_wait_counted_at_entry`.
+    time_wait_counted_at_entry: bool,
+}
+
 /// Privileges checked (the error names the capability), tracefs mounted,
-/// the memlock limit lifted; then the kernel's BTF at `path` as aya reads
-/// it (attach points, the iterator's target), parsed once per load: it
-/// takes seconds in a software-emulated VM.
-fn prepare(path: &Path) -> Result<Btf, Error> {
+/// the memlock limit lifted; then the kernel's BTF at `path`, read twice
+/// (it takes seconds in a software-emulated VM): by btf-rs for the offsets
+/// and facts, a parse let go before aya's (for the attach points) is
+/// made, since the two together (~45 MiB for a 5 MiB vmlinux BTF, with
+/// the aya loader's own parse) made the daemon's peak memory.
+fn prepare(path: &Path) -> Result<Kernel, Error> {
     privileges::check()?;
     privileges::ensure_tracefs()?;
     raise_memlock_rlimit();
-    if !path.exists() {
-        return Err(Error::NoBtf { path: path.to_owned() });
-    }
-    Btf::parse_file(path, aya::Endianness::default())
-        .map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
+    let (facts, time_wait_counted_at_entry) = {
+        let kernel_btf = offsets::load_btf(path)?;
+        (
+            offsets::KernelFacts::read(&kernel_btf, stats::kernel_version())?,
+            offsets::time_wait_counted_at_entry(&kernel_btf),
+        )
+    };
+    let btf = Btf::parse_file(path, aya::Endianness::default())
+        .map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })?;
+    Ok(Kernel { btf, facts, time_wait_counted_at_entry })
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it so map

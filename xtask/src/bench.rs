@@ -412,6 +412,37 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    the 16,384-bucket listening hash, eleven small files; ~25 us per
    process), over it on a noisy run. What is left is the kernel's side of
    those calls.
+18. **2026-12-05, doctor's fd tables and tally; the daemon's start-up
+   memory (issue 16)**: a listener's owner is looked for in /proc/PID/fd
+   read a kilobyte (~40 entries) at a time (rustix's `RawDir`), where
+   libc's readdir asked for 32 KiB: ~1,300 entries the kernel looks up
+   and fills before the first readlinkat, on every server holding
+   thousands of connections (the busy namespace's here); and a dump's
+   tally asks a bitmap of the ephemeral ports, not a hash set, whether
+   each socket's port counts. `perf stat`, binaries alternated: 110
+   namespaces with few sockets 16.2-16.8 -> 14.1-15.2 ms, with ~96k
+   36.0-38.0 from 38.1-39.6 ms; one namespace of ~96k sockets 21.8-22.0
+   -> 19.6-20.3 ms (the bitmap). Doctor's runs a second apart at 110
+   namespaces read either ~35-38 or ~47-48 ms: perf of a slow and a
+   fast run shows every part ~1.5 times slower alike, with no steal
+   time reported (this VM's host), so the sweep now takes the median of
+   nine runs a point. Two full runs (the table's is the second): doctor
+   22.5 and 22.6, 26.0 and 25.7, 37.8 and 38.0 ms (0, 25, 110 pod
+   namespaces, ~99k sockets), 23.9 and 24.2 ms at 10k, 68.1 and 69.0 ms
+   at 298k: every point within the 40 ms goal, linear in the sockets
+   (~0.15 ms per 1,000); the daemon 7-8, 7-9 and 18 ms per round,
+   18-19 ms at 10k, 31-32 ms at 298k. The daemon's peak memory was the
+   start, three parses of the 5.5 MB vmlinux BTF alive at once: btf-rs's
+   (~36 MiB with the file's bytes, kept through the whole load), aya's
+   (~12 MiB) and the one `EbpfLoader::new()` always makes (~18 MiB,
+   freed when ours replaces it). btf-rs's is now read and let go before
+   aya's is made (heaptrack: peak heap 67.7 -> 41.0 MiB): peak RSS under
+   the bench's load 83.2 (the first run) -> 51.2 MiB, against the 50 MiB
+   goal; what is left of the peak is btf-rs's parse for a few dozen
+   offsets. At rest on an idle node 31.5 -> 24.2 MB. Throughput in the
+   two runs: observer 0.854 and 0.864 of the baseline, bpftrace 0.910
+   and 0.879, the floor 0.986 in both; TIME_WAIT entries short in 1 and
+   4 of 27 runs, each by exactly what observer reported unseen (item 6).
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -199,11 +199,12 @@ struct Kernel {
 }
 
 /// Privileges checked (the error names the capability), tracefs mounted,
-/// the memlock limit lifted; then the kernel's BTF at `path`, read twice
-/// (it takes seconds in a software-emulated VM): by btf-rs for the offsets
-/// and facts, a parse let go before aya's (for the attach points) is
-/// made, since the two together (~45 MiB for a 5 MiB vmlinux BTF, with
-/// the aya loader's own parse) made the daemon's peak memory.
+/// the memlock limit lifted; then the kernel's BTF at `path`, parsed twice
+/// (seconds in a software-emulated VM): by btf-rs for the offsets and
+/// facts, that parse (~36 MiB for a 5.5 MB vmlinux BTF, with the file's
+/// bytes) let go before aya's (~12 MiB, for the attach points) is made.
+/// Alive together, with the one aya's loader makes of its own (~18 MiB),
+/// they were the daemon's peak memory.
 fn prepare(path: &Path) -> Result<Kernel, Error> {
     privileges::check()?;
     privileges::ensure_tracefs()?;

@@ -59,8 +59,17 @@ mod tests {
             .spawn()
             .unwrap();
         let proc_dir = Path::new("/proc").join(child.id().to_string());
-        // Until it runs sleep, it is a copy of this process, its files too.
-        while std::fs::read_to_string(proc_dir.join("comm")).unwrap() != "sleep\n" {
+        // Until it sleeps its files move: before the exec it is a copy of
+        // this process, files too, and after it the dynamic loader opens
+        // and closes the libraries (a count then a listing once read 5 and
+        // 6). glibc's nanosleep() is the clock_nanosleep system call.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let call = std::fs::read_to_string(proc_dir.join("syscall")).unwrap_or_default();
+            if call.split_whitespace().next() == Some(&nix::libc::SYS_clock_nanosleep.to_string()) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "sleep never slept: /proc/PID/syscall `{call}`");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let dir = proc_dir.join("fd");

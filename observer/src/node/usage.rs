@@ -81,7 +81,7 @@ const TIME_WAIT: u8 = 6;
 /// Ports held per (source address, destination) and TIME_WAIT sockets,
 /// counted one socket at a time.
 struct Tally {
-    /// One bit per port (8 KiB, an L1 cache's worth; a set's hash was a
+    /// One bit per port (8 KiB, kept in the L1 cache; a set's hash was a
     /// lookup per socket), set for the ephemeral ports: the range minus
     /// the reserved ports and the ports listened on (a server's accepted
     /// sockets have its listening port as their local port, even when the

@@ -75,9 +75,14 @@ fn trace(options: observer::trace::Options) -> Result<(), observer::error::Error
             .map_err(|source| observer::error::Error::System { what: "handle SIGINT/SIGTERM", source })?;
         let summary = observer::trace::run(options, shutdown).await?;
         eprintln!(
-            "observer trace: {} events shown, {} left out (--rate), {} lost (ring buffer full), {} map entries \
-             evicted",
-            summary.shown, summary.left_out, summary.lost, summary.evicted
+            "observer trace: {} events shown, {} left out (--rate), {} lost (ring buffer full), {} skipped by the \
+             kernel{}, {} map entries evicted",
+            summary.shown,
+            summary.left_out,
+            summary.lost,
+            summary.skipped,
+            if summary.skips_uncounted { " (more uncounted on this kernel)" } else { "" },
+            summary.evicted
         );
         Ok(())
     })

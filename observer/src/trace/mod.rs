@@ -24,7 +24,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     attribution::Attributor,
     error::Error,
-    probes::{AttachMode, Probes, TraceMaps},
+    probes::{AttachMode, Probes, SkippedRuns, TraceMaps},
 };
 
 /// The ring buffer's size: 4 MiB hold ~58,000 records, about a second of
@@ -51,6 +51,12 @@ pub struct Summary {
     pub shown: u64,
     pub left_out: u64,
     pub lost: u64,
+    /// Runs of the trace's programs the kernel skipped (recursion
+    /// protection): events never queued. Only where the kernel counts them.
+    pub skipped: u64,
+    /// Whether some of its programs' skipped runs go uncounted (an older
+    /// kernel): `skipped` is then a floor.
+    pub skips_uncounted: bool,
     /// Entries the LRU maps evicted (`evictions`).
     pub evicted: u64,
 }
@@ -89,22 +95,42 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         hooks.join(", "),
         opts.rate
     );
+    let uncounted: Vec<&str> = probes
+        .attachments
+        .iter()
+        .filter(|a| a.skipped_runs == SkippedRuns::Uncounted)
+        .map(|a| a.hook)
+        .collect();
+    if !uncounted.is_empty() {
+        eprintln!(
+            "observer trace: this kernel ({}) does not count the runs it skips of the programs at {} (fentry/fexit \
+             and tp_btf: Linux 5.12+; kprobe and tracepoint: 6.7+): an event lost that way goes unreported",
+            {
+                let (major, minor) = crate::probes::stats::kernel_version();
+                format!("{major}.{minor}")
+            },
+            uncounted.join(", ")
+        );
+    }
     // SAFETY: the ring buffer owns its map's file descriptor, open and the
     // same for as long as it lives, which the AsyncFd owning it bounds.
     let mut ring = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
         .map_err(|e| Error::System { what: "poll the trace ring buffer", source: e.into() })?;
     let mut namer = Namer::new(&opts);
     let mut limit = rate::RateLimit::new(opts.rate, Instant::now());
-    let mut summary = Summary::default();
+    let mut summary = Summary { skips_uncounted: !uncounted.is_empty(), ..Summary::default() };
     let mut lost_before = 0u64;
+    let mut skipped_before = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
     // Each second: the events left out, those the ring had no room for,
-    // and the entries the LRU maps evicted (every few seconds; `last`: now).
+    // the runs the kernel skipped, and the entries the LRU maps evicted
+    // (every few seconds; `last`: now).
     let mut report = |limit: &mut rate::RateLimit,
                       summary: &mut Summary,
                       evictions: &mut evictions::Evictions,
                       lost_now: u64,
+                      skipped_now: u64,
                       last: bool| {
         let json = opts.json;
         let left_out = limit.take_left_out();
@@ -112,6 +138,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         let lost = lost_now.saturating_sub(lost_before);
         lost_before = lost_now;
         summary.lost += lost;
+        let skipped = skipped_now.saturating_sub(skipped_before);
+        skipped_before = skipped_now;
+        summary.skipped += skipped;
         let mut lines = Vec::new();
         if left_out > 0 {
             lines.push(if json {
@@ -125,6 +154,16 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 format!("{{\"lost\":{lost}}}")
             } else {
                 format!("# {lost} events lost: the kernel's ring buffer was full (observer trace fell behind)")
+            });
+        }
+        if skipped > 0 {
+            lines.push(if json {
+                format!("{{\"skipped\":{skipped}}}")
+            } else {
+                format!(
+                    "# {skipped} events skipped by the kernel: a BPF program was already running on that CPU \
+                     (recursion protection)"
+                )
             });
         }
         for grown in evictions.grown(Instant::now(), last) {
@@ -159,14 +198,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             }
             _ = tick.tick() => {
                 namer.attributor.next_round();
-                if !report(&mut limit, &mut summary, &mut evictions, lost(&dropped), false) {
+                if !report(&mut limit, &mut summary, &mut evictions, lost(&dropped), skipped(&probes), false) {
                     return Ok(summary);
                 }
             }
             _ = &mut shutdown => break,
         }
     }
-    report(&mut limit, &mut summary, &mut evictions, lost(&dropped), true);
+    report(&mut limit, &mut summary, &mut evictions, lost(&dropped), skipped(&probes), true);
     drop(probes);
     Ok(summary)
 }
@@ -181,6 +220,12 @@ fn print_line(line: &str) -> bool {
 
 fn lost(dropped: &aya::maps::PerCpuArray<aya::maps::MapData, u64>) -> u64 {
     dropped.get(&0, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0)
+}
+
+/// The runs of the trace's programs the kernel has skipped so far (those
+/// it counts; an unreadable count reads 0 until it reads again).
+fn skipped(probes: &Probes) -> u64 {
+    probes.programs.iter().filter(|p| p.skips_counted).filter_map(|p| p.stats().ok()).map(|s| s.missed).sum()
 }
 
 /// Names processes (their executable, cached per pid) and their pods (the

@@ -254,6 +254,13 @@ impl Drop for Observer {
                 .collect();
             let detail: Vec<String> = missed.iter().map(|(program, n)| format!("{program}={n}")).collect();
             eprintln!("OBSERVER_KERNEL_MISSED={} {}", missed.iter().map(|(_, n)| n).sum::<u64>(), detail.join(" "));
+            // An older kernel skips some programs' runs silently: a
+            // failure there may be one, which it cannot say.
+            let uncounted: Vec<&str> =
+                self.probes.programs.iter().filter(|p| !p.skips_counted).map(|p| p.program).collect();
+            if !uncounted.is_empty() {
+                eprintln!("OBSERVER_KERNEL_SKIPS_UNCOUNTED programs={}", uncounted.join(","));
+            }
         }
     }
 }

@@ -83,9 +83,9 @@ impl Probes {
         max_sockets: u32,
         proc_root: &Path,
     ) -> Result<(Self, KernelMaps), Error> {
-        let kernel = prepare(btf_path)?;
+        let (kernel, loader) = prepare(btf_path)?;
         // The trace ring buffer stays at its one page, never written.
-        let (mut probes, mut maps, _) = Self::load_object(mode, &kernel, max_sockets, None)?;
+        let (mut probes, mut maps, _) = Self::load_object(loader, mode, &kernel, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
         (maps.older_connections, maps.left_out_at_start) =
             older::enter(&mut probes._ebpf, &kernel.btf, &maps.listeners, &mut maps.lru, proc_root);
@@ -108,10 +108,14 @@ impl Probes {
         max_sockets: u32,
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         let setup = TraceSetup { ring_bytes, kinds, hooks };
-        Self::load_object(mode, &prepare(Path::new(offsets::VMLINUX_BTF))?, max_sockets, Some(setup))
+        let (kernel, loader) = prepare(Path::new(offsets::VMLINUX_BTF))?;
+        Self::load_object(loader, mode, &kernel, max_sockets, Some(setup))
     }
 
+    /// Load the object with `loader` (`prepare`'s, given `kernel`'s BTF
+    /// here) and attach its hooks.
     fn load_object(
+        loader: EbpfLoader<'static>,
         mode: AttachMode,
         kernel: &Kernel,
         max_sockets: u32,
@@ -119,9 +123,8 @@ impl Probes {
     ) -> Result<(Self, KernelMaps, TraceMaps), Error> {
         let Kernel { btf, facts, time_wait_counted_at_entry } = kernel;
         let time_wait_counted_at_entry = *time_wait_counted_at_entry;
-        // `new` parses the kernel's BTF once more (aya's default), freed
-        // at once when ours replaces it.
-        let mut loader = EbpfLoader::new();
+        // Borrowing what this function holds from here on.
+        let mut loader: EbpfLoader<'_> = loader;
         loader
             .btf(Some(btf))
             .override_global(maps::OFFSETS, &facts.offsets, true)
@@ -199,13 +202,14 @@ struct Kernel {
 }
 
 /// Privileges checked (the error names the capability), tracefs mounted,
-/// the memlock limit lifted; then the kernel's BTF at `path`, parsed twice
-/// (seconds in a software-emulated VM): by btf-rs for the offsets and
-/// facts, that parse (~36 MiB for a 5.5 MB vmlinux BTF, with the file's
-/// bytes) let go before aya's (~12 MiB, for the attach points) is made.
-/// Alive together, with the one aya's loader makes of its own (~18 MiB),
-/// they were the daemon's peak memory.
-fn prepare(path: &Path) -> Result<Kernel, Error> {
+/// the memlock limit lifted; then the kernel's BTF at `path`, read three
+/// times, one after the other, so that no two readings are alive together
+/// (they were the daemon's peak memory): mapped by btf-rs for the offsets
+/// and facts (`offsets::load_btf`; at most the file's size, ~5.5 MB);
+/// parsed from sysfs by aya's loader as it is made (its default, ~18 MiB),
+/// which is let go at once; and parsed by aya from `path` (~12 MiB), for
+/// the attach points and for the loader, given it at load.
+fn prepare(path: &Path) -> Result<(Kernel, EbpfLoader<'static>), Error> {
     privileges::check()?;
     privileges::ensure_tracefs()?;
     raise_memlock_rlimit();
@@ -216,9 +220,11 @@ fn prepare(path: &Path) -> Result<Kernel, Error> {
             offsets::time_wait_counted_at_entry(&kernel_btf),
         )
     };
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
     let btf = Btf::parse_file(path, aya::Endianness::default())
         .map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })?;
-    Ok(Kernel { btf, facts, time_wait_counted_at_entry })
+    Ok((Kernel { btf, facts, time_wait_counted_at_entry }, loader))
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; lift it so map

@@ -3,9 +3,9 @@
 //! This is our stand-in for CO-RE (which aya cannot emit from Rust): each
 //! field the eBPF programs read is looked up by name, through anonymous
 //! unions and nested structs, so one object runs on every kernel with BTF.
-use std::path::Path;
+use std::{cell::RefCell, collections::HashMap, io::Write as _, os::fd::AsRawFd as _, path::Path};
 
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 use observer_common::KernelOffsets;
 
 use crate::error::Error;
@@ -13,19 +13,36 @@ use crate::error::Error;
 /// Where the kernel publishes its BTF (CONFIG_DEBUG_INFO_BTF=y).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// The kernel's BTF at `path`, mapped rather than parsed whole: observer
+/// looks up ~20 structs and 2 functions among a vmlinux's ~130k types, and
+/// btf-rs's parse of all of them (its `Cache` backend) took ~36 MiB, the
+/// daemon's peak, and most of its own start-up time (seconds in the
+/// matrix's emulated VMs). Linux 6.16+ lets /sys/kernel/btf/vmlinux itself
+/// be mapped; older kernels refuse, and its bytes are copied into a memfd
+/// mapped the same way (the size of the file, ~6 MB, while it is read).
 pub fn load_btf(path: &Path) -> Result<Btf, Error> {
     if !path.exists() {
         return Err(Error::NoBtf { path: path.to_owned() });
     }
-    // Read whole, then parsed from memory: btf-rs's file reader seeks for
-    // every type (~130k lseek calls for a vmlinux), which cost seconds per
-    // start in the matrix's software-emulated VMs.
-    let bytes = std::fs::read(path).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })?;
-    Btf::from_bytes(&bytes).map_err(|e| Error::Btf { path: path.to_owned(), source: e.into() })
+    if let Ok(btf) = Btf::from_file_with_backend(path, Backend::Mmap) {
+        return Ok(btf);
+    }
+    let failed = |source: crate::error::Cause| Error::Btf { path: path.to_owned(), source };
+    let bytes = std::fs::read(path).map_err(|e| failed(e.into()))?;
+    mapped_copy(&bytes).map_err(failed)
+}
+
+/// `bytes` (a BTF blob) in a memfd, mapped by btf-rs through its path.
+fn mapped_copy(bytes: &[u8]) -> Result<Btf, crate::error::Cause> {
+    let memfd = rustix::fs::memfd_create("observer-btf", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut file = std::fs::File::from(memfd);
+    file.write_all(bytes)?;
+    // The mapping keeps the memfd's pages once this file is closed.
+    Ok(Btf::from_file_with_backend(format!("/proc/self/fd/{}", file.as_raw_fd()), Backend::Mmap)?)
 }
 
 pub fn resolve(btf: &Btf) -> Result<KernelOffsets, Error> {
-    let r = Resolver { btf };
+    let r = Resolver::new(btf);
     let offsets = KernelOffsets {
         task_group_leader: r.offset("task_struct", "group_leader")?,
         task_comm: r.offset("task_struct", "comm")?,
@@ -108,7 +125,7 @@ pub struct KernelFacts {
 
 impl KernelFacts {
     pub fn read(btf: &Btf, version: (u32, u32)) -> Result<Self, Error> {
-        let r = Resolver { btf };
+        let r = Resolver::new(btf);
         Ok(Self {
             offsets: resolve(btf)?,
             version,
@@ -134,15 +151,22 @@ impl KernelFacts {
 /// kind of end in `inet_timewait_sock.tw_kill` until then; those that count
 /// on entry decide it on the spot and have no such member.
 pub fn time_wait_counted_at_entry(btf: &Btf) -> bool {
-    let r = Resolver { btf };
+    let r = Resolver::new(btf);
     r.struct_named("inet_timewait_sock").is_some_and(|s| r.find_member(&s, "tw_kill").is_none())
 }
 
 struct Resolver<'a> {
     btf: &'a Btf,
+    /// Structs by name, as found: each lookup scans every type's name in
+    /// the mapped BTF, and `sock` alone is asked for ~20 times.
+    structs: RefCell<HashMap<String, Option<btf_rs::Struct>>>,
 }
 
-impl Resolver<'_> {
+impl<'a> Resolver<'a> {
+    fn new(btf: &'a Btf) -> Self {
+        Self { btf, structs: RefCell::default() }
+    }
+
     /// Byte offset of `path` (members separated by '.') inside `struct_name`.
     fn offset(&self, struct_name: &str, path: &str) -> Result<u32, Error> {
         let missing = |what: &str| Error::BtfLayout(format!("struct {struct_name}: {what} (field path {path})"));
@@ -175,10 +199,17 @@ impl Resolver<'_> {
     }
 
     fn struct_named(&self, name: &str) -> Option<btf_rs::Struct> {
-        self.btf.resolve_types_by_name(name).ok()?.into_iter().find_map(|t| match t {
-            Type::Struct(s) if !s.members.is_empty() => Some(s),
-            _ => None,
-        })
+        if let Some(found) = self.structs.borrow().get(name) {
+            return found.clone();
+        }
+        let found = self.btf.resolve_types_by_name(name).ok().and_then(|types| {
+            types.into_iter().find_map(|t| match t {
+                Type::Struct(s) if !s.members.is_empty() => Some(s),
+                _ => None,
+            })
+        });
+        self.structs.borrow_mut().insert(name.to_string(), found.clone());
+        found
     }
 
     /// Find `name` among `s`'s members, descending into anonymous members.
@@ -259,10 +290,29 @@ mod tests {
         assert!(off.skb_tcp_tw_isn > 0 && off.skb_protocol > 0, "{off:?}");
     }
 
+    /// The mapped BTF (the kernel's file, or a memfd copy where the kernel
+    /// refuses to map it) reads as the whole parse does.
+    #[test]
+    fn mapped_btf_reads_as_the_whole_parse() {
+        let bytes = std::fs::read(VMLINUX_BTF).expect("this machine has BTF");
+        let parsed = Btf::from_bytes(&bytes).unwrap();
+        let copied = mapped_copy(&bytes).unwrap();
+        let loaded = load_btf(Path::new(VMLINUX_BTF)).unwrap();
+        let facts = |btf: &Btf| {
+            let r = Resolver::new(btf);
+            (resolve(btf).unwrap(), r.parameters("inet_csk_accept"), r.parameters("tcp_v4_syn_recv_sock"))
+        };
+        let whole = facts(&parsed);
+        assert!(whole.1.is_some() && whole.2.is_some(), "{whole:?}");
+        assert_eq!(facts(&copied), whole);
+        assert_eq!(facts(&loaded), whole);
+        assert_eq!(time_wait_counted_at_entry(&copied), time_wait_counted_at_entry(&parsed));
+    }
+
     #[test]
     fn missing_struct_is_a_clear_error() {
         let btf = load_btf(Path::new(VMLINUX_BTF)).expect("this machine has BTF");
-        let err = Resolver { btf: &btf }.offset("no_such_struct_xyz", "a").unwrap_err();
+        let err = Resolver::new(&btf).offset("no_such_struct_xyz", "a").unwrap_err();
         assert!(err.to_string().contains("no_such_struct_xyz"), "{err}");
     }
 }

@@ -95,12 +95,8 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         hooks.join(", "),
         opts.rate
     );
-    let uncounted: Vec<&str> = probes
-        .attachments
-        .iter()
-        .filter(|a| a.skipped_runs == SkippedRuns::Uncounted)
-        .map(|a| a.hook)
-        .collect();
+    let uncounted: Vec<&str> =
+        probes.attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();
     if !uncounted.is_empty() {
         eprintln!(
             "observer trace: this kernel ({}) does not count the runs it skips of the programs at {} (fentry/fexit \

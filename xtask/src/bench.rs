@@ -454,11 +454,12 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    39.5 ms at 0, 25, 110 pod namespaces, 29.4 at 10k, 75.6 at 298k;
    daemon 7, 9, 19, 21, 40 ms). TIME_WAIT short in 3 of 27 runs: by 66
    and 237, what observer reported unseen; and once by 39 with nothing
-   unseen, the namespace's count whole and 314 runs of `sock_state` the
-   kernel skipped (observer_kernel_missed_events_total) but no series of
-   an unknown owner: a per-process loss that only the skipped runs
-   report, not yet explained. The lossless line now names the skipped
-   runs beside the unseen entries.
+   unseen, the namespace's own count whole and no series of an unknown
+   owner: a silent per-process loss, not yet explained. That run's 314
+   runs of `sock_state` the kernel skipped
+   (observer_kernel_missed_events_total) do not explain it: the 27 runs
+   skipped 6,622 in all (~245 a run), exact runs included. The lossless
+   line now names the skipped runs beside the unseen entries.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the
@@ -815,9 +816,9 @@ fn churn_once(tracer: Tracer, observer: &std::path::Path, churn: &std::path::Pat
                 let n = sample_sum(&later, "observer_tcp_time_wait_entries_total", &[&pid]);
                 let unseen = sample_sum(&later, "observer_kernel_unseen_events_total", &[]);
                 // Runs the kernel skipped (recursion protection) are the
-                // other loss observer reports: a skipped run can lose an
-                // entry or only its owner (the entry then counts under no
-                // process, and the namespace's total stays whole).
+                // other loss observer reports (they happen in exact runs
+                // too: a skipped run's event is often counted by its
+                // program's twin).
                 let skipped = sample_sum(&later, "observer_kernel_missed_events_total", &[]);
                 println!(
                     "bench: later, time_wait_entries {n}, observer_kernel_unseen_events_total {unseen}, \

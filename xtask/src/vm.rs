@@ -60,7 +60,13 @@ struct Series {
     suffix: &'static str,
     /// Another archive than the host's apt sources.
     archive: Option<Bullseye>,
-    /// The attach modes its guest runs the kernel tests in (of `MODES`).
+    /// The attach modes its guest runs the kernel tests in, the first
+    /// first: the preferred ones, which the CI host kernel refuses (its
+    /// own run covers the tracepoint fallbacks). `auto` puts every hook on
+    /// trampolines (fentry/fexit) where this kernel's take its functions,
+    /// and says where they do not (Debian's 6.1 cannot trace
+    /// tcp_v4_syn_recv_sock: kprobes count overflows there); attach_modes
+    /// checks that it did (OBSERVER_TEST_TRAMPOLINES).
     modes: &'static [&'static str],
 }
 
@@ -100,15 +106,6 @@ impl Bullseye {
         Ok(options)
     }
 }
-
-/// Modes the kernels run the suite in (each its `Series::modes`): the
-/// preferred ones, which the CI host kernel refuses (its own run covers
-/// the tracepoint fallbacks).
-/// `auto` puts every hook on trampolines (fentry/fexit) where this
-/// kernel's take its functions, and says where they do not (Debian's 6.1
-/// cannot trace tcp_v4_syn_recv_sock: kprobes count overflows there);
-/// attach_modes checks that it did (OBSERVER_TEST_TRAMPOLINES).
-pub const MODES: &[&str] = &["auto", "kprobe"];
 
 /// The test binaries that exercise the kernel side. The daemon and CLI
 /// tests do not depend on the attach mode and stay on the host: software
@@ -400,7 +397,7 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
          exec > $out/progress.log 2>&1\n",
         out_dir.display()
     );
-    for mode in MODES.iter().filter(|mode| runs.iter().any(|run| run.mode == **mode)) {
+    for mode in kernel.modes.iter().filter(|mode| runs.iter().any(|run| run.mode == **mode)) {
         s.push_str(&format!(
             "echo \"MATRIX mode={mode} kernel=$(uname -r)\"\n\
              {obs} run --attach-mode {mode} --prometheus-listen 127.0.0.1:0 >$out/observer-{mode}.log 2>&1 & p=$!\n\

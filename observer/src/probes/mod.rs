@@ -64,6 +64,8 @@ pub struct Probes {
     /// entry, which the check of observer's own count needs
     /// (`offsets::time_wait_counted_at_entry`).
     pub time_wait_counted_at_entry: bool,
+    /// The kernel's (major, minor) version, as the load read it.
+    pub kernel: (u32, u32),
 }
 
 impl Probes {
@@ -173,22 +175,31 @@ impl Probes {
                 info!(hook = a.hook, mode = %a.mode, target = %a.target, missed_events = a.skipped_runs.as_str(), "attached");
             }
         }
-        let uncounted: Vec<&str> =
-            attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();
+        let uncounted = uncounted_skips(&attachments);
         if !uncounted.is_empty() {
             tracing::warn!(
                 kernel = %format!("{}.{}", facts.version.0, facts.version.1),
                 hooks = %uncounted.join(","),
-                "this kernel does not count the runs of these hooks' programs it skips (fentry/fexit and tp_btf: \
-                 Linux 5.12+; kprobe and tracepoint: 6.7+): observer_kernel_missed_events_total has no series for \
-                 them, and an event lost that way goes unreported"
+                "this kernel does not count the runs of these hooks' programs it skips ({}): \
+                 observer_kernel_missed_events_total has no series for them, and an event lost that way goes \
+                 unreported",
+                stats::SKIPS_COUNTED_SINCE
             );
         }
         let maps = take_maps(&mut ebpf, max_sockets)?;
         let trace =
             TraceMaps { events: take(&mut ebpf, maps::TRACE_EVENTS)?, dropped: take(&mut ebpf, maps::TRACE_DROPPED)? };
-        Ok((Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry }, maps, trace))
+        Ok((
+            Self { _ebpf: ebpf, attachments, programs, time_wait_counted_at_entry, kernel: facts.version },
+            maps,
+            trace,
+        ))
     }
+}
+
+/// The hooks whose programs' skipped runs this kernel does not count.
+pub fn uncounted_skips(attachments: &[Attachment]) -> Vec<&'static str> {
+    attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect()
 }
 
 /// What a load needs of the running kernel's BTF.

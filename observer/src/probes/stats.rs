@@ -72,6 +72,10 @@ impl ProgramHandle {
 /// shorter (before 5.12) has no such count.
 const RECURSION_MISSES_END: usize = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
 
+/// Since when kernels count skipped runs, as said to whoever reads a
+/// warning that this one does not (`skips_counted` is the rule).
+pub const SKIPS_COUNTED_SINCE: &str = "fentry/fexit and tp_btf: Linux 5.12+; kprobe and tracepoint: 6.7+";
+
 /// Whether a kernel of version `kernel` whose program info has the
 /// `recursion_misses` field (`has_field`) counts the skipped runs of a
 /// program attached in `mode`: trampolines (fentry/fexit) and tp_btf count

@@ -24,7 +24,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     attribution::Attributor,
     error::Error,
-    probes::{AttachMode, Probes, SkippedRuns, TraceMaps},
+    probes::{AttachMode, Probes, TraceMaps, stats::SKIPS_COUNTED_SINCE, uncounted_skips},
 };
 
 /// The ring buffer's size: 4 MiB hold ~58,000 records, about a second of
@@ -95,17 +95,14 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         hooks.join(", "),
         opts.rate
     );
-    let uncounted: Vec<&str> =
-        probes.attachments.iter().filter(|a| a.skipped_runs == SkippedRuns::Uncounted).map(|a| a.hook).collect();
+    let uncounted = uncounted_skips(&probes.attachments);
     if !uncounted.is_empty() {
+        let (major, minor) = probes.kernel;
         eprintln!(
-            "observer trace: this kernel ({}) does not count the runs it skips of the programs at {} (fentry/fexit \
-             and tp_btf: Linux 5.12+; kprobe and tracepoint: 6.7+): an event lost that way goes unreported",
-            {
-                let (major, minor) = crate::probes::stats::kernel_version();
-                format!("{major}.{minor}")
-            },
-            uncounted.join(", ")
+            "observer trace: this kernel ({major}.{minor}) does not count the runs it skips of the programs at {} \
+             ({}): an event lost that way goes unreported",
+            uncounted.join(", "),
+            SKIPS_COUNTED_SINCE
         );
     }
     // SAFETY: the ring buffer owns its map's file descriptor, open and the

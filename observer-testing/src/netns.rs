@@ -43,12 +43,27 @@ pub struct Netns {
 impl Netns {
     /// Where `ip netns` keeps it: a path that opens it (`setns`).
     pub fn path(&self) -> PathBuf {
-        PathBuf::from("/run/netns").join(&self.name)
+        Self::path_of(&self.name)
+    }
+
+    /// The path of the namespace named `name`, made or not yet.
+    pub fn path_of(name: &str) -> PathBuf {
+        PathBuf::from("/run/netns").join(name)
     }
 
     pub fn new() -> Self {
+        Self::named(Self::unique_name())
+    }
+
+    /// A name no other namespace of these tests has: for a test that must
+    /// name its namespace (its path) before making it.
+    pub fn unique_name() -> String {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!("obs-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        format!("obs-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// `new`, named `name` (from `unique_name`).
+    pub fn named(name: String) -> Self {
         run(Command::new("ip").args(["netns", "add", &name]));
         let ns = Self { name };
         run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]));

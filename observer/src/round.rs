@@ -169,6 +169,12 @@ impl Rounds {
 
     /// One round, started at `now`.
     pub fn run(&mut self, now: Instant) -> Result<RoundOutput, Error> {
+        if self.sweeper.next_sweep_checks_time_wait()
+            && let Err(e) = self.collector.before_time_wait_check()
+        {
+            self.failures += 1;
+            return Err(e);
+        }
         let mut node = self.sweeper.sweep();
         self.trend.update(now, &mut node);
         let sweeper = &self.sweeper;

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Observer, collect_until};
+use observer::node::sweep::KERNEL_CHECK_EVERY;
 use observer_testing::Netns;
 
 /// The unseen check is node-wide: the full-speed churn's own unseen
@@ -127,6 +128,39 @@ fn time_wait_entries_the_programs_missed_are_counted_as_unseen() {
     assert_eq!(client.connected, CONNECTIONS, "{client:?}");
     let body = common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(60), |b| unseen(b) == Some(5));
     assert_eq!(ns.time_wait_entered() - before, CONNECTIONS, "the kernel's own count");
+    assert_eq!(unseen(&body), Some(5), "{}", daemon.log());
+}
+
+/// The hostile case of the check: a namespace born with a burst of
+/// entries, all seen, before its first check, then 5 missed after it. The
+/// burst must not make up for the 5 (a check that took the programs'
+/// count from 0 while the kernel's started at its first reading did).
+#[test]
+fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
+    let _alone = unseen_check_alone();
+    if no_check_on_this_kernel() {
+        return;
+    }
+    let name = Netns::unique_name();
+    let path = Netns::path_of(&name);
+    let failpoint = format!("time-wait-unseen=return({})", path.display());
+    let daemon = daemon_after_first_check(&[("FAILPOINTS", &failpoint)]);
+    // Just after a check round (the 11th, 21st...): ten rounds of 200 ms
+    // until the next, which is the new namespace's first.
+    let limit = std::time::Duration::from_secs(10);
+    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) % KERNEL_CHECK_EVERY == 1);
+    let ns = Netns::named(name);
+    let _server = ns.serve(&["--listen", "127.0.0.1:7000"]);
+    let before = ns.time_wait_entered();
+    let burst = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
+    assert_eq!(burst.connected, CONNECTIONS, "{burst:?}");
+    // Its first check done (the next check round), then more entries.
+    let burst_done = common::daemon::rounds(&daemon.scrape());
+    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
+    let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
+    assert_eq!(client.connected, CONNECTIONS, "{client:?}");
+    let body = common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(60), |b| unseen(b) == Some(5));
+    assert_eq!(ns.time_wait_entered() - before, 2 * CONNECTIONS, "the kernel's own count");
     assert_eq!(unseen(&body), Some(5), "{}", daemon.log());
 }
 

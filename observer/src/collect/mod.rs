@@ -137,6 +137,9 @@ pub struct Collector {
     /// namespace never changes pods.
     namespace_pods: HashMap<u32, Option<Arc<PodLabels>>>,
     unseen: unseen::Unseen,
+    /// The programs' TIME_WAIT entries per namespace read just before the
+    /// sweep of a round that checks them (`unseen.rs`), taken by the check.
+    time_wait_before_sweep: HashMap<u32, u64>,
     /// The programs' listen overflows per namespace, cumulative, and what
     /// they left unseen (the same check as TIME_WAIT's), where programs
     /// count them.
@@ -152,6 +155,15 @@ pub struct Collector {
     evictions: lru::EvictionTracker,
     open_connections: open_connections::OpenConnections,
     ledger_check: ledger_check::LedgerCheck,
+}
+
+/// A failpoint's namespace: its inode, or a path that opens it (for a
+/// namespace a test makes after the daemon started).
+#[cfg(feature = "failpoints")]
+fn failpoint_netns(arg: Option<String>) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let arg = arg?;
+    arg.parse().ok().or_else(|| Some(std::fs::metadata(&arg).ok()?.ino() as u32))
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -173,6 +185,7 @@ impl Collector {
             resolver: Resolver::spawn(attributor),
             namespace_pods: HashMap::new(),
             unseen: unseen::Unseen::default(),
+            time_wait_before_sweep: HashMap::new(),
             overflows_by_netns: HashMap::new(),
             unseen_overflows: unseen::Unseen::default(),
             overflow_ledger: overflows_from_sweep.then(overflow_ledger::OverflowLedger::default),
@@ -183,6 +196,25 @@ impl Collector {
             ledger_check: ledger_check::LedgerCheck::default(),
             maps,
         }
+    }
+
+    /// Before the sweep of a round that reads each namespace's own count of
+    /// TIME_WAIT entries: the programs' counts as they are then, where each
+    /// namespace's first check starts from (`unseen.rs`).
+    pub fn before_time_wait_check(&mut self) -> Result<(), Error> {
+        self.time_wait_before_sweep = self.time_wait_counts()?;
+        Ok(())
+    }
+
+    /// The programs' TIME_WAIT entries per namespace (since the
+    /// namespace's first check, or since observer started).
+    fn time_wait_counts(&self) -> Result<HashMap<u32, u64>, Error> {
+        let mut counts = HashMap::new();
+        for entry in self.maps.time_wait_by_netns.iter() {
+            let (netns, values) = entry.map_err(map_err(maps::TIME_WAIT_BY_NETNS))?;
+            counts.insert(netns, values.iter().sum::<u64>());
+        }
+        Ok(counts)
     }
 
     /// The next collection is the last: let every count out, labelled or
@@ -388,7 +420,14 @@ impl Collector {
         // Overflows: as the programs counted them, or from the drop
         // counters, of listeners that closed and of those the sweep read.
         deltas.listen_drops = self.listen_overflows(&interval.listen_overflows, &listeners);
-        // The namespaces' own overflow counts check overflows alone.
+        // The namespaces' own overflow counts check overflows alone. A
+        // namespace's first check starts from the programs' counts up to
+        // the last round's read (before this round's sweep; `unseen.rs`).
+        let overflows_before = if node.namespaces.iter().any(|n| n.listen_overflows.is_some()) {
+            self.overflows_by_netns.clone()
+        } else {
+            HashMap::new()
+        };
         for (key, n) in interval.listen_overflows.iter().filter(|(k, _)| k.reason == listener_drop::OVERFLOW) {
             *self.overflows_by_netns.entry(key.listener.netns).or_default() += n;
         }
@@ -461,7 +500,7 @@ impl Collector {
         deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
         self.check_time_wait(node)?;
         deltas.unseen_time_wait = self.unseen.total();
-        self.check_overflows(node);
+        self.check_overflows(node, &overflows_before);
         deltas.unseen_overflows = self.unseen_overflows.total();
         self.attribute(&mut deltas, node, now);
         Ok(deltas)
@@ -477,29 +516,22 @@ impl Collector {
         if kernel.is_empty() {
             return Ok(());
         }
-        let mut ours = HashMap::new();
-        let mut elsewhere = Vec::new();
-        for entry in self.maps.time_wait_by_netns.iter() {
-            let (netns, values) = entry.map_err(map_err(maps::TIME_WAIT_BY_NETNS))?;
-            if kernel.contains_key(&netns) {
-                ours.insert(netns, values.iter().sum::<u64>());
-            } else {
-                elsewhere.push(netns);
-            }
+        let (mut ours, elsewhere): (HashMap<u32, u64>, HashMap<u32, u64>) =
+            self.time_wait_counts()?.into_iter().partition(|(netns, _)| kernel.contains_key(netns));
+        for netns in elsewhere.keys() {
+            let _ = self.maps.time_wait_by_netns.remove(netns);
         }
-        for netns in elsewhere {
-            let _ = self.maps.time_wait_by_netns.remove(&netns);
-        }
+        let before = std::mem::take(&mut self.time_wait_before_sweep);
         // The fault the check exists for, injected: the programs miss 5
         // entries of the namespace named (tests/time_wait.rs).
         #[cfg(feature = "failpoints")]
-        if let Some(Some(netns)) = fail::eval("time-wait-unseen", |arg| arg.and_then(|a| a.parse::<u32>().ok()))
+        if let Some(Some(netns)) = fail::eval("time-wait-unseen", failpoint_netns)
             && let Some(counted) = ours.get_mut(&netns)
         {
             *counted = counted.saturating_sub(5);
         }
         self.unseen.forget_absent(&kernel);
-        self.unseen.update(&kernel, &ours);
+        self.unseen.update(&before, &kernel, &ours);
         Ok(())
     }
 
@@ -558,7 +590,7 @@ impl Collector {
     /// overflows, check the programs' against it, as TIME_WAIT's
     /// (`check_time_wait`). The programs' counts of namespaces not in the
     /// reading are dropped: gone, or not read.
-    fn check_overflows(&mut self, node: &NodeReading) {
+    fn check_overflows(&mut self, node: &NodeReading, before: &HashMap<u32, u64>) {
         let kernel: HashMap<u32, u64> =
             node.namespaces.iter().filter_map(|n| Some((n.inode, n.listen_overflows?))).collect();
         if kernel.is_empty() {
@@ -576,7 +608,7 @@ impl Collector {
             *counted = counted.saturating_sub(2);
         }
         self.unseen_overflows.forget_absent(&kernel);
-        self.unseen_overflows.update(&kernel, &ours);
+        self.unseen_overflows.update(before, &kernel, &ours);
     }
 
     /// The programs' overflow counts of one interval, per listener. An

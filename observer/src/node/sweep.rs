@@ -295,11 +295,23 @@ impl Sweeper {
         }
     }
 
+    /// Whether the next sweep reads each namespace's own counts for the
+    /// checks (every `KERNEL_CHECK_EVERY` rounds, the first included).
+    fn next_sweep_checks(&self) -> bool {
+        (self.check_time_wait || self.check_overflows) && (self.rounds + 1) % KERNEL_CHECK_EVERY == 1
+    }
+
+    /// Whether the next sweep reads the namespaces' TIME_WAIT counts (the
+    /// programs' must then be read just before it: `collect::unseen`).
+    pub fn next_sweep_checks_time_wait(&self) -> bool {
+        self.check_time_wait && self.next_sweep_checks()
+    }
+
     /// Read every namespace of the node.
     pub fn sweep(&mut self) -> NodeReading {
         let mut counts = SweepCounts::default();
+        let check = self.next_sweep_checks();
         self.rounds += 1;
-        let check = (self.check_time_wait || self.check_overflows) && self.rounds % KERNEL_CHECK_EVERY == 1;
         let now = Instant::now();
         let found = netns::all(&self.proc_root);
         let on_node = found.keys().copied().collect();

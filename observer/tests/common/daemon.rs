@@ -83,6 +83,11 @@ pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemo
     daemon
 }
 
+/// The rounds the daemon completed, from a scrape.
+pub fn rounds(body: &str) -> u64 {
+    observer_testing::http::sample_sum(body, "observer_collection_duration_seconds_count", &[])
+}
+
 /// Scrape until `done` holds for the body (at most `limit`); the last body.
 pub fn scrape_until(daemon: &Daemon, limit: Duration, done: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + limit;

@@ -460,6 +460,27 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    (observer_kernel_missed_events_total) do not explain it: the 27 runs
    skipped 6,622 in all (~245 a run), exact runs included. The lossless
    line now names the skipped runs beside the unseen entries.
+20. **2026-12-06, the 39-entry loss found: a blind spot of the check**:
+   107 churn runs against a daemon restarted per run, reading the
+   programs' per-namespace count (`TIME_WAIT_BY_NETNS`) with bpftool
+   besides the process's series: 8 runs short (by 1 to 398), and in
+   every one the namespace's count was short by the same number, so the
+   39 was history 6's loss too, which the check should have reported. It
+   could not: the programs' count of a namespace goes back past its
+   first check (to observer's start, or to the previous check), and the
+   check took it from 0 while the kernel's started at its first reading,
+   so every entry seen before that reading made up for one missed after
+   it. The bench starts its churn once the endpoint answers, while the
+   daemon's first round (its first check) may still be under way: the
+   entries of the churn's first milliseconds covered the loss. The same
+   blind spot hid the later losses of any namespace born with a burst.
+   Now the programs' counts are read just before a check round's sweep,
+   where a namespace's first check starts (listen overflows: up to the
+   previous round's read), and a test makes that case: 25 entries before
+   the namespace's first check, 5 hidden by the failpoint after it,
+   reported 5 (0 before the fix). The bench waits for the daemon's first
+   round before its churn, so the check covers the whole run. 26 runs
+   with the fix (`--tracers observer --rounds 25`): all exact.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

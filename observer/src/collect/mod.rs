@@ -516,6 +516,7 @@ impl Collector {
         if kernel.is_empty() {
             return Ok(());
         }
+        #[allow(unused_mut, reason = "the failpoint changes it")]
         let (mut ours, elsewhere): (HashMap<u32, u64>, HashMap<u32, u64>) =
             self.time_wait_counts()?.into_iter().partition(|(netns, _)| kernel.contains_key(netns));
         for netns in elsewhere.keys() {

@@ -481,6 +481,25 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    reported 5 (0 before the fix). The bench waits for the daemon's first
    round before its churn, so the check covers the whole run. 26 runs
    with the fix (`--tracers observer --rounds 25`): all exact.
+21. **2026-12-06, what dropping the syscall tracepoints would buy
+   (issue 16)**: the issue asks whether the tracepoint mode could read
+   connect()'s outcome and accepts from the state changes alone and
+   enable no syscall tracepoint. A throwaway build without
+   `connect_enter`, `connect_exit` and `accept4_exit` (so without accept
+   counts, connect() errors before SYN_SENT and connect counts), 9 A/B
+   pairs each in one run, taking turns: observer as is 0.838, without
+   its syscall programs 0.883, the floor (an empty program on
+   `sys_enter_connect`) 0.988. The syscall tracepoints cost ~4.5 points;
+   the other ~10 are the programs following every connection through
+   its ~10 state changes (`sock_state` and the TIME_WAIT twin: ~3.4 us
+   of the ~4.3 us per cycle), which no tracepoint-only design avoids. So
+   even a mode without syscall tracepoints stays ~10% from the floor,
+   and it would give up exact per-process accepts (the state changes
+   name the listener's owner, not the process that accepted: nginx's
+   master, not its worker; and count a connection queued, not accepted)
+   and connect() errors that come before SYN_SENT (ENETUNREACH, EPERM
+   from a cgroup's BPF hook). Kept as is: the 1% target is out of reach
+   while connections are followed.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

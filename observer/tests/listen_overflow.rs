@@ -11,7 +11,7 @@ use std::{
 };
 
 use common::{Observer, collect_until};
-use observer::collect::DropReason;
+use observer::{collect::DropReason, node::sweep::KERNEL_CHECK_EVERY};
 use observer_testing::{Netns, churn};
 
 /// Overflow a never-accepting listener on `addr` (port `port`) with 8
@@ -410,6 +410,56 @@ fn overflows_the_programs_missed_are_counted_as_unseen() {
     assert!(overflows >= 2, "the scenario must overflow the accept queue: {overflows}");
     let counted = |b: &str| {
         observer_testing::http::sample_sum(b, "observer_tcp_listen_overflows_total", &["server_port=\"7904\""])
+    };
+    let body = common::daemon::scrape_until(&daemon, Duration::from_secs(60), |b| {
+        unseen_overflows(b) == Some(2) && counted(b) == overflows
+    });
+    assert_eq!(unseen_overflows(&body), Some(2), "{}", daemon.log());
+    assert_eq!(counted(&body), overflows, "TcpExtListenOverflows says {overflows}");
+    drop(server);
+}
+
+/// The hostile case of that check: a namespace born with a burst of
+/// overflows, all counted, before its first check; then 2 hidden after
+/// it. The burst must not make up for them (a check that took the
+/// programs' count from 0 while the kernel's started at its first reading
+/// did).
+#[test]
+fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
+    let name = Netns::unique_name();
+    let failpoint = format!("listen-overflow-unseen=return({})", Netns::path_of(&name).display());
+    let daemon = common::daemon::start_daemon_with_env(&[], &[("FAILPOINTS", failpoint.as_str())]);
+    let limit = Duration::from_secs(10);
+    let body = common::daemon::scrape_until(&daemon, limit, |b| b.contains("observer_probe_info"));
+    let mode = |m: &str| {
+        observer_testing::http::sample(&body, "observer_probe_info", &["observer_hook=\"listen_overflow\"", m])
+    };
+    if mode("observer_probe_mode=\"sock_diag\"").is_some() {
+        let body = common::daemon::scrape_until(&daemon, Duration::from_secs(5), |_| false);
+        assert_eq!(unseen_overflows(&body), None, "no check, no series:\n{body}");
+        return;
+    }
+    // Just after a check round: ten rounds until the next, the new
+    // namespace's first.
+    common::daemon::scrape_until(&daemon, limit, |b| {
+        unseen_overflows(b).is_some() && common::daemon::rounds(b) % KERNEL_CHECK_EVERY == 1
+    });
+    let ns = Netns::named(name);
+    let server = ns.serve(&["--listen", "127.0.0.1:7906", "--backlog", "1", "--never-accept"]);
+    let overflow = || {
+        ns.client(&["--to", "127.0.0.1:7906", "--count", "8", "--nonblocking", "200ms"]);
+        std::thread::sleep(Duration::from_millis(300));
+        ns.nstat("TcpExtListenOverflows")
+    };
+    let burst = overflow();
+    assert!(burst >= 2, "the scenario must overflow the accept queue: {burst}");
+    // Its first check done (the next check round), then more overflows.
+    let burst_done = common::daemon::rounds(&daemon.scrape());
+    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
+    let overflows = overflow();
+    assert!(overflows >= burst + 2, "the full queue must overflow again: {burst}, then {overflows}");
+    let counted = |b: &str| {
+        observer_testing::http::sample_sum(b, "observer_tcp_listen_overflows_total", &["server_port=\"7906\""])
     };
     let body = common::daemon::scrape_until(&daemon, Duration::from_secs(60), |b| {
         unseen_overflows(b) == Some(2) && counted(b) == overflows

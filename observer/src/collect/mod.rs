@@ -603,7 +603,7 @@ impl Collector {
         // The fault the check exists for, injected: the programs miss 2
         // overflows of the namespace named (tests/listen_overflow.rs).
         #[cfg(feature = "failpoints")]
-        if let Some(Some(netns)) = fail::eval("listen-overflow-unseen", |arg| arg.and_then(|a| a.parse::<u32>().ok()))
+        if let Some(Some(netns)) = fail::eval("listen-overflow-unseen", failpoint_netns)
             && let Some(counted) = ours.get_mut(&netns)
         {
             *counted = counted.saturating_sub(2);

@@ -428,8 +428,9 @@ fn overflows_the_programs_missed_are_counted_as_unseen() {
 fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
     let name = Netns::unique_name();
     let failpoint = format!("listen-overflow-unseen=return({})", Netns::path_of(&name).display());
-    let daemon = common::daemon::start_daemon_with_env(&[], &[("FAILPOINTS", failpoint.as_str())]);
-    let limit = Duration::from_secs(10);
+    // Rounds of 1 s: the namespace and its burst between two checks.
+    let daemon = common::daemon::start_daemon_every("1s", &[], &[("FAILPOINTS", failpoint.as_str())]);
+    let limit = Duration::from_secs(30);
     let body = common::daemon::scrape_until(&daemon, limit, |b| b.contains("observer_probe_info"));
     let mode = |m: &str| {
         observer_testing::http::sample(&body, "observer_probe_info", &["observer_hook=\"listen_overflow\"", m])
@@ -439,24 +440,23 @@ fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
         assert_eq!(unseen_overflows(&body), None, "no check, no series:\n{body}");
         return;
     }
-    // Just after a check round: ten rounds until the next, the new
-    // namespace's first.
-    common::daemon::scrape_until(&daemon, limit, |b| {
-        unseen_overflows(b).is_some() && common::daemon::rounds(b) % KERNEL_CHECK_EVERY == 1
-    });
-    let ns = Netns::named(name);
-    let server = ns.serve(&["--listen", "127.0.0.1:7906", "--backlog", "1", "--never-accept"]);
-    let overflow = || {
+    common::daemon::scrape_until(&daemon, limit, |b| unseen_overflows(b).is_some());
+    let overflow = |ns: &Netns| {
         ns.client(&["--to", "127.0.0.1:7906", "--count", "8", "--nonblocking", "200ms"]);
         std::thread::sleep(Duration::from_millis(300));
         ns.nstat("TcpExtListenOverflows")
     };
-    let burst = overflow();
+    let (ns, server, burst) = common::daemon::between_checks(&daemon, || {
+        let ns = Netns::named(name);
+        let server = ns.serve(&["--listen", "127.0.0.1:7906", "--backlog", "1", "--never-accept"]);
+        let burst = overflow(&ns);
+        (ns, server, burst)
+    });
     assert!(burst >= 2, "the scenario must overflow the accept queue: {burst}");
     // Its first check done (the next check round), then more overflows.
     let burst_done = common::daemon::rounds(&daemon.scrape());
     common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
-    let overflows = overflow();
+    let overflows = overflow(&ns);
     assert!(overflows >= burst + 2, "the full queue must overflow again: {burst}, then {overflows}");
     let counted = |b: &str| {
         observer_testing::http::sample_sum(b, "observer_tcp_listen_overflows_total", &["server_port=\"7906\""])

@@ -142,20 +142,20 @@ fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
         return;
     }
     let name = Netns::unique_name();
-    let path = Netns::path_of(&name);
-    let failpoint = format!("time-wait-unseen=return({})", path.display());
-    let daemon = daemon_after_first_check(&[("FAILPOINTS", &failpoint)]);
-    // Just after a check round (the 11th, 21st...): ten rounds of 200 ms
-    // until the next, which is the new namespace's first.
-    let limit = std::time::Duration::from_secs(10);
-    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) % KERNEL_CHECK_EVERY == 1);
-    let ns = Netns::named(name);
-    let _server = ns.serve(&["--listen", "127.0.0.1:7000"]);
-    let before = ns.time_wait_entered();
-    let burst = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
-    assert_eq!(burst.connected, CONNECTIONS, "{burst:?}");
+    let failpoint = format!("time-wait-unseen=return({})", Netns::path_of(&name).display());
+    // Rounds of 1 s: the namespace and its burst between two checks.
+    let daemon = common::daemon::start_daemon_every("1s", &[], &[("FAILPOINTS", &failpoint)]);
+    let (ns, _server, before) = common::daemon::between_checks(&daemon, || {
+        let ns = Netns::named(name);
+        let server = ns.serve(&["--listen", "127.0.0.1:7000"]);
+        let before = ns.time_wait_entered();
+        let burst = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
+        assert_eq!(burst.connected, CONNECTIONS, "{burst:?}");
+        (ns, server, before)
+    });
     // Its first check done (the next check round), then more entries.
     let burst_done = common::daemon::rounds(&daemon.scrape());
+    let limit = std::time::Duration::from_secs(30);
     common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
     let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
     assert_eq!(client.connected, CONNECTIONS, "{client:?}");

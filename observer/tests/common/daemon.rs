@@ -62,9 +62,18 @@ pub fn start_daemon_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
 
 /// A daemon serving on `port` of 127.0.0.1.
 pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    start(port, "200ms", extra, env)
+}
+
+/// A daemon whose rounds come every `interval` (rather than 200 ms).
+pub fn start_daemon_every(interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    start(free_port(), interval, extra, env)
+}
+
+fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
     let log = std::env::temp_dir().join(format!("observer-test-{}-{port}.log", std::process::id()));
     let child = Command::new(OBSERVER)
-        .args(["run", "--interval", "200ms", "--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .args(["run", "--interval", interval, "--prometheus-listen", &format!("127.0.0.1:{port}")])
         .args(["--attach-mode", &super::test_mode().to_string()])
         .args(extra)
         // The test's own RUST_LOG would change what the daemon logs; a test
@@ -86,6 +95,27 @@ pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemo
 /// The rounds the daemon completed, from a scrape.
 pub fn rounds(body: &str) -> u64 {
     observer_testing::http::sample_sum(body, "observer_collection_duration_seconds_count", &[])
+}
+
+/// Run `work` between two of the daemon's checks against the kernel's own
+/// counts (every `KERNEL_CHECK_EVERY` rounds): from just after one to
+/// before the next one's sweep, which a namespace made in `work` has as
+/// its first. Asserted, not assumed: rounds quicker than `work` could not
+/// test what needs this order (a daemon started with `start_daemon_every`
+/// at 1 s leaves ~8 s).
+pub fn between_checks<T>(daemon: &Daemon, work: impl FnOnce() -> T) -> T {
+    use observer::node::sweep::KERNEL_CHECK_EVERY;
+    let body = scrape_until(daemon, Duration::from_secs(30), |b| rounds(b) % KERNEL_CHECK_EVERY == 1);
+    let after_check = rounds(&body);
+    let out = work();
+    // The next check is round `after_check` + KERNEL_CHECK_EVERY; its sweep
+    // starts once the round before it has ended.
+    let done = rounds(&daemon.scrape());
+    assert!(
+        done + 2 <= after_check + KERNEL_CHECK_EVERY,
+        "the work took longer than the rounds between two checks (rounds {after_check} to {done})"
+    );
+    out
 }
 
 /// Scrape until `done` holds for the body (at most `limit`); the last body.

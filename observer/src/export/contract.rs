@@ -558,8 +558,10 @@ pub const KERNEL_UNSEEN_EVENTS: Instrument = Instrument {
     attributes: &[&[Attribute {
         key: "observer.event",
         ty: Type::String,
-        meaning: "`time_wait_entry` (against TcpExtTW + TcpExtTWKilled, every 10 rounds), `listen_overflow` \
-                  (against TcpExtListenOverflows, where programs count overflows, likewise), `connection` (a \
+        meaning: "`time_wait_entry` (against TcpExtTW + TcpExtTWKilled, every 10 rounds, from each \
+                  namespace's first check: the daemon's first round, or within 10 rounds of a new \
+                  namespace), `listen_overflow` (against TcpExtListenOverflows, where programs count \
+                  overflows, likewise), `connection` (a \
                   connection whose start or end was missed: the namespace's ESTABLISHED sockets against \
                   observer.tcp.connection.usage's ledger, at a moment nothing in it changed; off once a map \
                   lost a connection update, counted apart)",

@@ -75,6 +75,11 @@ pub fn sample_sum(body: &str, metric: &str, labels: &[&str]) -> u64 {
     samples(body, metric, labels).sum()
 }
 
+/// The collection rounds a daemon completed, from its scrape.
+pub fn rounds_completed(body: &str) -> u64 {
+    sample_sum(body, "observer_collection_duration_seconds_count", &[])
+}
+
 fn samples<'a>(body: &'a str, metric: &'a str, labels: &'a [&str]) -> impl Iterator<Item = u64> + 'a {
     let prefix = format!("{metric}{{");
     body.lines().filter(move |l| l.starts_with(&prefix)).filter_map(|l| {

@@ -454,8 +454,10 @@ fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
     });
     assert!(burst >= 2, "the scenario must overflow the accept queue: {burst}");
     // Its first check done (the next check round), then more overflows.
-    let burst_done = common::daemon::rounds(&daemon.scrape());
-    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
+    let burst_done = observer_testing::http::rounds_completed(&daemon.scrape());
+    common::daemon::scrape_until(&daemon, limit, |b| {
+        observer_testing::http::rounds_completed(b) > burst_done + KERNEL_CHECK_EVERY
+    });
     let overflows = overflow(&ns);
     assert!(overflows >= burst + 2, "the full queue must overflow again: {burst}, then {overflows}");
     let counted = |b: &str| {

@@ -154,9 +154,11 @@ fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
         (ns, server, before)
     });
     // Its first check done (the next check round), then more entries.
-    let burst_done = common::daemon::rounds(&daemon.scrape());
+    let burst_done = observer_testing::http::rounds_completed(&daemon.scrape());
     let limit = std::time::Duration::from_secs(30);
-    common::daemon::scrape_until(&daemon, limit, |b| common::daemon::rounds(b) > burst_done + KERNEL_CHECK_EVERY);
+    common::daemon::scrape_until(&daemon, limit, |b| {
+        observer_testing::http::rounds_completed(b) > burst_done + KERNEL_CHECK_EVERY
+    });
     let client = ns.client(&["--to", "127.0.0.1:7000", "--count", &CONNECTIONS.to_string()]);
     assert_eq!(client.connected, CONNECTIONS, "{client:?}");
     let body = common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(60), |b| unseen(b) == Some(5));

@@ -14,7 +14,7 @@ use clap::Args;
 
 use observer_testing::{
     Netns,
-    http::{free_port, sample_sum, scrape},
+    http::{free_port, rounds_completed, sample_sum, scrape},
 };
 
 use crate::{build, setup, workspace_root};
@@ -599,8 +599,7 @@ fn start(tracer: Tracer, observer: &std::path::Path, interval: &str) -> Result<O
             // covers whole (an entry missed before a namespace's first
             // check is not seen missing).
             let deadline = Instant::now() + Duration::from_secs(30);
-            let rounds = |b: String| sample_sum(&b, "observer_collection_duration_seconds_count", &[]);
-            while scrape(port).map(rounds).unwrap_or(0) == 0 {
+            while scrape(port).map(|b| rounds_completed(&b)).unwrap_or(0) == 0 {
                 anyhow::ensure!(Instant::now() < deadline, "observer did not start");
                 std::thread::sleep(Duration::from_millis(50));
             }

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_testing::http::{free_port, scrape};
+use observer_testing::http::{free_port, rounds_completed, scrape};
 
 pub const OBSERVER: &str = env!("CARGO_BIN_EXE_observer");
 
@@ -92,11 +92,6 @@ fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Dae
     daemon
 }
 
-/// The rounds the daemon completed, from a scrape.
-pub fn rounds(body: &str) -> u64 {
-    observer_testing::http::sample_sum(body, "observer_collection_duration_seconds_count", &[])
-}
-
 /// Run `work` between two of the daemon's checks against the kernel's own
 /// counts (every `KERNEL_CHECK_EVERY` rounds): from just after one to
 /// before the next one's sweep, which a namespace made in `work` has as
@@ -105,12 +100,12 @@ pub fn rounds(body: &str) -> u64 {
 /// at 1 s leaves ~8 s).
 pub fn between_checks<T>(daemon: &Daemon, work: impl FnOnce() -> T) -> T {
     use observer::node::sweep::KERNEL_CHECK_EVERY;
-    let body = scrape_until(daemon, Duration::from_secs(30), |b| rounds(b) % KERNEL_CHECK_EVERY == 1);
-    let after_check = rounds(&body);
+    let body = scrape_until(daemon, Duration::from_secs(30), |b| rounds_completed(b) % KERNEL_CHECK_EVERY == 1);
+    let after_check = rounds_completed(&body);
     let out = work();
     // The next check is round `after_check` + KERNEL_CHECK_EVERY; its sweep
     // starts once the round before it has ended.
-    let done = rounds(&daemon.scrape());
+    let done = rounds_completed(&daemon.scrape());
     assert!(
         done + 2 <= after_check + KERNEL_CHECK_EVERY,
         "the work took longer than the rounds between two checks (rounds {after_check} to {done})"

@@ -10,7 +10,7 @@ use observer_common::{lru, trace_event};
 
 use crate::{
     counters::{ProcCounter, bump_proc, lru_insert},
-    kernel::{current_actor, is_tcp, sock_family, sock_of_fd},
+    kernel::{ProbedSock, Sock, TypedSock, current_actor, is_tcp, sock_family, sock_of_fd},
     maps::SOCK_OWNERS,
     trace,
 };
@@ -49,7 +49,7 @@ fn on_accept_syscall_exit(ctx: &TracePointContext) {
 /// has (a constant offset each: the verifier refuses a computed one).
 #[fexit(function = "inet_csk_accept")]
 pub fn inet_csk_accept_fexit(ctx: FExitContext) -> u32 {
-    on_accepted(ctx.arg(2));
+    on_accepted(TypedSock(ctx.arg(2)));
     0
 }
 
@@ -57,24 +57,24 @@ pub fn inet_csk_accept_fexit(ctx: FExitContext) -> u32 {
 /// bool kern) (before Linux 6.10): the return value after 4 arguments.
 #[fexit(function = "inet_csk_accept")]
 pub fn inet_csk_accept_fexit_4(ctx: FExitContext) -> u32 {
-    on_accepted(ctx.arg(4));
+    on_accepted(TypedSock(ctx.arg(4)));
     0
 }
 
 /// Same as `inet_csk_accept_fexit`, for kernels where fexit is unavailable.
 #[kretprobe]
 pub fn inet_csk_accept_kretprobe(ctx: RetProbeContext) -> u32 {
-    on_accepted(ctx.ret::<u64>());
+    on_accepted(ProbedSock(ctx.ret::<u64>()));
     0
 }
 
 #[inline(always)]
-fn on_accepted(sk: u64) {
+fn on_accepted(sk: impl Sock) {
     if !is_tcp(sk) {
         return;
     }
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Accepts);
     trace::socket_event(trace_event::ACCEPT, 0, &actor, sk);
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
 }

@@ -29,10 +29,10 @@ use observer_common::{
 };
 
 use crate::{
-    counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove},
+    counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove, lru_remove_if_there},
     kernel::{
-        current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket, sock_tcp_state,
-        tcp_attempted_connect,
+        ProbedSock, Sock, TypedSock, current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd,
+        sock_of_socket, sock_tcp_state, tcp_attempted_connect,
     },
     maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
     trace,
@@ -97,24 +97,24 @@ fn call_started(thread: ThreadConnect) {
 /// mode also io_uring and kernel sockets) no hooked call returns an errno,
 /// and nothing is noted.
 #[inline(always)]
-pub fn syn_sent_in_connect(sk: u64) {
+pub fn syn_sent_in_connect(sk: impl Sock) {
     let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
     let actor = current_actor();
     let family = sock_family(sk);
     let (daddr, dport) = sock_destination(sk, family);
     // SAFETY: this thread's entry; only this thread touches it.
     unsafe {
-        (*thread).sk = sk;
+        (*thread).sk = sk.addr();
         (*thread).connect = InflightConnect { actor, daddr, family, dport, _pad: 0 };
     }
     if config().connects_from_syscall == 1 {
         // Otherwise the tcp_connect hook records the owner.
-        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
+        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
     }
     // A new connection on this socket: an entry still here belongs to an
     // earlier socket at this address whose end a skipped run missed, and
     // must not be taken for this connection's outcome (connect_settled).
-    lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
+    lru_remove_if_there(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk.addr());
 }
 
 /// syscalls/sys_exit_connect(long ret)
@@ -156,16 +156,18 @@ fn call_returned(ret: i64) {
         return;
     }
     let connect = &thread.connect;
+    // Kept in a map: a plain number to the verifier.
+    let sk = ProbedSock(thread.sk);
     if config().connects_from_syscall == 1 && ret != -EADDRNOTAVAIL {
         // No tcp_connect hook: a socket that reached SYN_SENT sent its SYN,
         // except when no local port could be found (EADDRNOTAVAIL).
         bump_proc(&connect.actor, connect.family, ProcCounter::Connects);
-        trace::socket_event(trace_event::CONNECT, 0, &connect.actor, thread.sk);
+        trace::socket_event(trace_event::CONNECT, 0, &connect.actor, sk);
     }
     match -ret {
         0 | EISCONN => {}
-        EINPROGRESS | EALREADY | EINTR => still_connecting(thread.sk, connect),
-        errno if ERESTART.contains(&errno) => still_connecting(thread.sk, connect),
+        EINPROGRESS | EALREADY | EINTR => still_connecting(sk, connect),
+        errno if ERESTART.contains(&errno) => still_connecting(sk, connect),
         errno => count_error(connect, errno as u32),
     }
 }
@@ -177,8 +179,8 @@ fn call_returned(ret: i64) {
 /// first and the state is checked after; whichever side takes the entry
 /// out counts the outcome.
 #[inline(always)]
-fn still_connecting(sk: u64, connect: &InflightConnect) {
-    if lru_insert(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk, connect).is_err() {
+fn still_connecting(sk: impl Sock, connect: &InflightConnect) {
+    if lru_insert(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk.addr(), connect).is_err() {
         return count_lost(lost::INFLIGHT_FULL);
     }
     let state = sock_tcp_state(sk);
@@ -191,9 +193,9 @@ fn still_connecting(sk: u64, connect: &InflightConnect) {
 /// with `sk_err` (refused, timed out, unreachable). Counted by the caller
 /// that takes the entry out of the map (see `still_connecting`).
 #[inline(always)]
-pub fn connect_settled(sk: u64, closed: bool) {
-    let Some(&entry) = (unsafe { INFLIGHT_CONNECTS.get(&sk) }) else { return };
-    if !lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk) {
+pub fn connect_settled(sk: impl Sock, closed: bool) {
+    let Some(&entry) = (unsafe { INFLIGHT_CONNECTS.get(&sk.addr()) }) else { return };
+    if !lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk.addr()) {
         return;
     }
     let err = if closed { sock_err(sk) } else { 0 };
@@ -260,7 +262,7 @@ pub fn count_error(entry: &InflightConnect, errno: u32) {
 /// int tcp_connect(struct sock *sk); called once a SYN is about to be sent.
 #[fentry(function = "tcp_connect")]
 pub fn tcp_connect_fentry(ctx: FEntryContext) -> u32 {
-    on_tcp_connect(ctx.arg(0));
+    on_tcp_connect(TypedSock(ctx.arg(0)));
     0
 }
 
@@ -268,15 +270,15 @@ pub fn tcp_connect_fentry(ctx: FEntryContext) -> u32 {
 #[kprobe]
 pub fn tcp_connect_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg::<u64>(0) {
-        on_tcp_connect(sk);
+        on_tcp_connect(ProbedSock(sk));
     }
     0
 }
 
 #[inline(always)]
-fn on_tcp_connect(sk: u64) {
+fn on_tcp_connect(sk: impl Sock) {
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Connects);
     trace::socket_event(trace_event::CONNECT, 0, &actor, sk);
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
 }

@@ -13,7 +13,7 @@ use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, directi
 use crate::{
     counters::{Counted, HandshakeEnd, bump_connection_closed, bump_handshake_end, count_lost},
     kernel::{
-        current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner,
+        Sock, current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner,
         tcp_total_retrans,
     },
     maps::{LISTENERS, OPEN_CONNECTIONS},
@@ -27,7 +27,7 @@ const BPF_NOEXIST: u64 = 1;
 /// entry at ESTABLISHED if there is room then, and is counted lost there
 /// if not).
 #[inline(always)]
-pub fn connection_syn_sent(sk: u64) {
+pub fn connection_syn_sent(sk: impl Sock) {
     let family = sock_family(sk);
     let (addr, port) = sock_destination(sk, family);
     let key = ConnectionKey {
@@ -48,9 +48,9 @@ pub fn connection_syn_sent(sk: u64) {
 /// up by its process): count the SYNs it sent again under the key noted at
 /// its SYN, and forget the socket.
 #[inline(always)]
-pub fn connection_failed(sk: u64) {
-    let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
-    let _ = OPEN_CONNECTIONS.remove(&sk);
+pub fn connection_failed(sk: impl Sock) {
+    let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk.addr()) }) else { return };
+    let _ = OPEN_CONNECTIONS.remove(&sk.addr());
     let retransmits = tcp_total_retrans(sk);
     if entry.handshaking == OpenConnection::HANDSHAKING && retransmits > 0 {
         let mut key = entry.key;
@@ -64,10 +64,10 @@ pub fn connection_failed(sk: u64) {
 /// listener's new child, charged to the listener's owner until accept()
 /// hands it on.
 #[inline(always)]
-pub fn connection_established(sk: u64, old: i32) {
+pub fn connection_established(sk: impl Sock, old: i32) {
     let now = unsafe { bpf_ktime_get_ns() };
     if old == SYN_SENT
-        && let Some(entry) = OPEN_CONNECTIONS.get_ptr_mut(&sk)
+        && let Some(entry) = OPEN_CONNECTIONS.get_ptr_mut(&sk.addr())
     {
         // SAFETY: this socket's entry; its state changes are serialized by
         // the socket's lock. Counted (and folded, if need be) in place.
@@ -78,7 +78,7 @@ pub fn connection_established(sk: u64, old: i32) {
                 (*entry).since = now;
                 let end = HandshakeEnd::Established { took_ns: Some(handshake), retransmits: tcp_total_retrans(sk) };
                 if let Counted::No = bump_handshake_end(&mut (*entry).key, end) {
-                    let _ = OPEN_CONNECTIONS.remove(&sk);
+                    let _ = OPEN_CONNECTIONS.remove(&sk.addr());
                 }
                 return;
             }
@@ -107,10 +107,10 @@ pub fn connection_established(sk: u64, old: i32) {
         Counted::AsIs => {}
         // Its end must go where its start went.
         Counted::Folded => {
-            let _ = OPEN_CONNECTIONS.insert(&sk, &entry, 0);
+            let _ = OPEN_CONNECTIONS.insert(&sk.addr(), &entry, 0);
         }
         Counted::No => {
-            let _ = OPEN_CONNECTIONS.remove(&sk);
+            let _ = OPEN_CONNECTIONS.remove(&sk.addr());
         }
     }
 }
@@ -120,13 +120,13 @@ pub fn connection_established(sk: u64, old: i32) {
 /// at this address whose end a skipped run missed: ended now (if it was
 /// established), so it is not left open for ever.
 #[inline(always)]
-fn note(sk: u64, entry: &OpenConnection, final_chance: bool) -> bool {
-    if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_ok() {
+fn note(sk: impl Sock, entry: &OpenConnection, final_chance: bool) -> bool {
+    if OPEN_CONNECTIONS.insert(&sk.addr(), entry, BPF_NOEXIST).is_ok() {
         return true;
     }
     connection_ended(sk);
-    let _ = OPEN_CONNECTIONS.remove(&sk);
-    if OPEN_CONNECTIONS.insert(&sk, entry, BPF_NOEXIST).is_err() {
+    let _ = OPEN_CONNECTIONS.remove(&sk.addr());
+    if OPEN_CONNECTIONS.insert(&sk.addr(), entry, BPF_NOEXIST).is_err() {
         if final_chance {
             count_lost(lost::OPEN_CONNECTIONS_FULL);
         }
@@ -138,9 +138,9 @@ fn note(sk: u64, entry: &OpenConnection, final_chance: bool) -> bool {
 /// The socket left ESTABLISHED: count its end once (one established
 /// before observer started, entered by userspace, without a lifetime).
 #[inline(always)]
-pub fn connection_ended(sk: u64) {
-    let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk) }) else { return };
-    if entry.handshaking == OpenConnection::HANDSHAKING || OPEN_CONNECTIONS.remove(&sk).is_err() {
+pub fn connection_ended(sk: impl Sock) {
+    let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk.addr()) }) else { return };
+    if entry.handshaking == OpenConnection::HANDSHAKING || OPEN_CONNECTIONS.remove(&sk.addr()).is_err() {
         return;
     }
     let lived_ns = match entry.handshaking {

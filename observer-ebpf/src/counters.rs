@@ -79,6 +79,18 @@ pub fn lru_remove<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K) -> bool {
     removed
 }
 
+/// `lru_remove` for a key that is rarely there: a lookup first, which
+/// takes no lock, where a delete locks the key's bucket even to find
+/// nothing (the in-flight entry of a connect() that had returned before
+/// its outcome, looked for at every socket's close).
+#[inline(always)]
+pub fn lru_remove_if_there<K, V>(map: &LruHashMap<K, V>, which: u32, key: &K) {
+    // SAFETY: only whether an entry is there is read.
+    if unsafe { map.get(key) }.is_some() {
+        lru_remove(map, which, key);
+    }
+}
+
 #[inline(always)]
 fn add_to(array: &aya_ebpf::maps::PerCpuArray<u64>, slot: u32) {
     if let Some(p) = array.get_ptr_mut(slot) {

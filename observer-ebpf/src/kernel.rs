@@ -1,7 +1,9 @@
 //! Reads of kernel structs through the BTF-derived offsets (see
-//! `observer_common::KernelOffsets`). All reads go through
+//! `observer_common::KernelOffsets`). Most reads go through
 //! `bpf_probe_read_kernel`, which is allowed in every program type we use and
-//! turns a bad pointer into an error instead of a fault.
+//! turns a bad pointer into an error instead of a fault. A socket's own
+//! fields are read with plain loads where the verifier knows the pointer's
+//! type (`Sock`).
 use aya_ebpf::helpers::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
     bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
@@ -16,6 +18,64 @@ pub const IPPROTO_TCP: u16 = 6;
 #[inline(always)]
 pub unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
     unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).map_err(|e| e as i64) }
+}
+
+/// A kernel `struct sock *`, and how its own fields are read. Programs
+/// that follow every connection read a handful of fields at each of its
+/// ~10 state changes; a helper call per field was a fifth of their time
+/// (BENCHMARKS.md, history 22).
+pub trait Sock: Copy {
+    /// The socket's address: the key of the per-socket maps.
+    fn addr(self) -> u64;
+
+    /// Read a `T` at `offset` into `struct sock` itself (its
+    /// `sock_common` included). Fields of the structs that embed it
+    /// (`inet_sock`, `inet_connection_sock`, `tcp_sock`) go through
+    /// `read_at(sk.addr(), ..)`: a typed pointer's loads are checked
+    /// against `struct sock`'s BTF, which ends before them.
+    unsafe fn sock_field<T: Copy>(self, offset: u32) -> Result<T, i64>;
+}
+
+/// A socket pointer whose type the verifier knows from the kernel's BTF:
+/// an argument or return value of a tp_btf, fentry or fexit program, as
+/// the context gave it (not one read back from a map, which is a plain
+/// number). Its fields are plain loads: the verifier checks each against
+/// the BTF (the offsets are read-only globals, constants to it) and the JIT
+/// turns a fault into a zero, as `bpf_probe_read_kernel` would, without
+/// the helper call.
+#[derive(Clone, Copy)]
+pub struct TypedSock(pub u64);
+
+impl Sock for TypedSock {
+    #[inline(always)]
+    fn addr(self) -> u64 {
+        self.0
+    }
+
+    #[inline(always)]
+    unsafe fn sock_field<T: Copy>(self, offset: u32) -> Result<T, i64> {
+        // Volatile: one load of exactly this field. The compiler must not
+        // merge neighbouring fields into one wider load, which the
+        // verifier would refuse as crossing a member's end.
+        Ok(unsafe { core::ptr::read_volatile((self.0 + offset as u64) as *const T) })
+    }
+}
+
+/// Any other socket pointer: a kprobe's argument, one found through the
+/// fd table, one kept in a map. Read with `bpf_probe_read_kernel`.
+#[derive(Clone, Copy)]
+pub struct ProbedSock(pub u64);
+
+impl Sock for ProbedSock {
+    #[inline(always)]
+    fn addr(self) -> u64 {
+        self.0
+    }
+
+    #[inline(always)]
+    unsafe fn sock_field<T: Copy>(self, offset: u32) -> Result<T, i64> {
+        unsafe { read_at(self.0, offset) }
+    }
 }
 
 /// The process running now: thread group, cgroup, and the group leader's
@@ -40,8 +100,8 @@ pub fn current_actor() -> Actor {
 /// started (or whose owner the LRU map forgot), tgid 0 in the socket's own
 /// cgroup, so it still names its pod.
 #[inline(always)]
-pub fn sock_owner(sk: u64) -> Actor {
-    match unsafe { SOCK_OWNERS.get(&sk) } {
+pub fn sock_owner(sk: impl Sock) -> Actor {
+    match unsafe { SOCK_OWNERS.get(&sk.addr()) } {
         Some(owner) => *owner,
         None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
     }
@@ -50,67 +110,69 @@ pub fn sock_owner(sk: u64) -> Actor {
 /// The `struct sock *` behind file descriptor `fd` of the current task, or 0.
 /// task->files->fdt->fd[fd]->private_data (a struct socket *)->sk.
 #[inline(always)]
-pub fn sock_of_fd(fd: u64) -> u64 {
+pub fn sock_of_fd(fd: u64) -> ProbedSock {
     let task = unsafe { bpf_get_current_task() };
     unsafe {
-        let Ok(files) = read_at::<u64>(task, offset!(task_files)) else { return 0 };
-        let Ok(fdt) = read_at::<u64>(files, offset!(files_fdt)) else { return 0 };
-        let Ok(max_fds) = read_at::<u32>(fdt, offset!(fdtable_max_fds)) else { return 0 };
+        let none = ProbedSock(0);
+        let Ok(files) = read_at::<u64>(task, offset!(task_files)) else { return none };
+        let Ok(fdt) = read_at::<u64>(files, offset!(files_fdt)) else { return none };
+        let Ok(max_fds) = read_at::<u32>(fdt, offset!(fdtable_max_fds)) else { return none };
         if fd >= max_fds as u64 {
-            return 0;
+            return none;
         }
-        let Ok(fd_array) = read_at::<u64>(fdt, offset!(fdtable_fd)) else { return 0 };
-        let Ok(file) = bpf_probe_read_kernel((fd_array + fd * 8) as *const u64) else { return 0 };
+        let Ok(fd_array) = read_at::<u64>(fdt, offset!(fdtable_fd)) else { return none };
+        let Ok(file) = bpf_probe_read_kernel((fd_array + fd * 8) as *const u64) else { return none };
         if file == 0 {
-            return 0;
+            return none;
         }
-        let Ok(socket) = read_at::<u64>(file, offset!(file_private_data)) else { return 0 };
+        let Ok(socket) = read_at::<u64>(file, offset!(file_private_data)) else { return none };
         sock_of_socket(socket)
     }
 }
 
 /// The `struct sock *` of a `struct socket *` (socket->sk), or 0.
 #[inline(always)]
-pub fn sock_of_socket(socket: u64) -> u64 {
+pub fn sock_of_socket(socket: u64) -> ProbedSock {
     if socket == 0 {
-        return 0;
+        return ProbedSock(0);
     }
-    unsafe { read_at::<u64>(socket, offset!(socket_sk)) }.unwrap_or(0)
+    ProbedSock(unsafe { read_at::<u64>(socket, offset!(socket_sk)) }.unwrap_or(0))
 }
 
 #[inline(always)]
-pub fn sock_protocol(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offset!(sock_protocol)) }.unwrap_or(0)
+pub fn sock_protocol(sk: impl Sock) -> u16 {
+    unsafe { sk.sock_field::<u16>(offset!(sock_protocol)) }.unwrap_or(0)
 }
 
 /// True for an IPv4/IPv6 TCP socket, the only kind observer counts.
 #[inline(always)]
-pub fn is_tcp(sk: u64) -> bool {
-    sk != 0 && sock_protocol(sk) == IPPROTO_TCP && matches!(sock_family(sk), AF_INET | AF_INET6)
+pub fn is_tcp(sk: impl Sock) -> bool {
+    sk.addr() != 0 && sock_protocol(sk) == IPPROTO_TCP && matches!(sock_family(sk), AF_INET | AF_INET6)
 }
 
 #[inline(always)]
-pub fn sock_family(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offset!(skc_family)) }.unwrap_or(0)
+pub fn sock_family(sk: impl Sock) -> u16 {
+    unsafe { sk.sock_field::<u16>(offset!(skc_family)) }.unwrap_or(0)
 }
 
 /// The local port a socket was bound to, host byte order, even after
 /// CLOSE gave it back (`inet_sport`; `sock_local_port` is 0 by then).
 #[inline(always)]
-pub fn sock_source_port(sk: u64) -> u16 {
-    u16::from_be(unsafe { read_at::<u16>(sk, offset!(inet_sport)) }.unwrap_or(0))
+pub fn sock_source_port(sk: impl Sock) -> u16 {
+    // inet_sock's: past struct sock.
+    u16::from_be(unsafe { read_at::<u16>(sk.addr(), offset!(inet_sport)) }.unwrap_or(0))
 }
 
 /// Local port, host byte order.
 #[inline(always)]
-pub fn sock_local_port(sk: u64) -> u16 {
-    unsafe { read_at::<u16>(sk, offset!(skc_num)) }.unwrap_or(0)
+pub fn sock_local_port(sk: impl Sock) -> u16 {
+    unsafe { sk.sock_field::<u16>(offset!(skc_num)) }.unwrap_or(0)
 }
 
 /// Remote address (IPv4 in the first 4 bytes) and port (host order).
 /// Set by tcp_v4_connect/tcp_v6_connect before the socket enters SYN_SENT.
 #[inline(always)]
-pub fn sock_destination(sk: u64, family: u16) -> ([u8; 16], u16) {
+pub fn sock_destination(sk: impl Sock, family: u16) -> ([u8; 16], u16) {
     let mut daddr = [0u8; 16];
     read_destination_into(sk, family, &mut daddr);
     (daddr, sock_remote_port(sk))
@@ -119,50 +181,56 @@ pub fn sock_destination(sk: u64, family: u16) -> ([u8; 16], u16) {
 /// The remote address (IPv4 in the first 4 bytes), read straight into
 /// `daddr` (e.g. a ring buffer record: no copy on the stack).
 #[inline(always)]
-pub fn read_destination_into(sk: u64, family: u16, daddr: &mut [u8; 16]) {
+pub fn read_destination_into(sk: impl Sock, family: u16, daddr: &mut [u8; 16]) {
     *daddr = [0; 16];
-    let (offset, len) = if family == AF_INET6 { (offset!(skc_v6_daddr), 16) } else { (offset!(skc_daddr), 4) };
-    // SAFETY: a kernel read into memory of ours; left zero if it fails.
-    let _ = unsafe { bpf_probe_read_kernel_buf((sk + offset as u64) as *const u8, &mut daddr[..len]) };
+    if family == AF_INET6 {
+        // SAFETY: a kernel read into memory of ours; left zero if it fails.
+        let _ = unsafe {
+            bpf_probe_read_kernel_buf((sk.addr() + offset!(skc_v6_daddr) as u64) as *const u8, &mut daddr[..])
+        };
+    } else if let Ok(v4) = unsafe { sk.sock_field::<u32>(offset!(skc_daddr)) } {
+        // Network order in memory, kept as is.
+        daddr[..4].copy_from_slice(&v4.to_ne_bytes());
+    }
 }
 
 /// TCP state (TCP_ESTABLISHED, ...), as `observer_common::tcp_state`.
 #[inline(always)]
-pub fn sock_tcp_state(sk: u64) -> i32 {
-    unsafe { read_at::<u8>(sk, offset!(skc_state)) }.map_or(0, i32::from)
+pub fn sock_tcp_state(sk: impl Sock) -> i32 {
+    unsafe { sk.sock_field::<u8>(offset!(skc_state)) }.map_or(0, i32::from)
 }
 
 /// Remote port, host byte order.
 #[inline(always)]
-pub fn sock_remote_port(sk: u64) -> u16 {
-    u16::from_be(unsafe { read_at::<u16>(sk, offset!(skc_dport)) }.unwrap_or(0))
+pub fn sock_remote_port(sk: impl Sock) -> u16 {
+    u16::from_be(unsafe { sk.sock_field::<u16>(offset!(skc_dport)) }.unwrap_or(0))
 }
 
 /// True once a connect() on this TCP socket got past choosing a local port
 /// (the kernel then sets the first sequence number, `write_seq`; a
 /// disconnect after a failure keeps it non-zero).
 #[inline(always)]
-pub fn tcp_attempted_connect(sk: u64) -> bool {
-    unsafe { read_at::<u32>(sk, offset!(tcp_write_seq)) }.unwrap_or(0) != 0
+pub fn tcp_attempted_connect(sk: impl Sock) -> bool {
+    unsafe { read_at::<u32>(sk.addr(), offset!(tcp_write_seq)) }.unwrap_or(0) != 0
 }
 
 /// Segments this TCP socket sent again. At the end of a handshake these
 /// are its SYNs; a listener's child starts with its request's SYN-ACKs.
 #[inline(always)]
-pub fn tcp_total_retrans(sk: u64) -> u64 {
-    unsafe { read_at::<u32>(sk, offset!(tcp_total_retrans)) }.map_or(0, u64::from)
+pub fn tcp_total_retrans(sk: impl Sock) -> u64 {
+    unsafe { read_at::<u32>(sk.addr(), offset!(tcp_total_retrans)) }.map_or(0, u64::from)
 }
 
 #[inline(always)]
-pub fn sock_err(sk: u64) -> i32 {
-    unsafe { read_at::<i32>(sk, offset!(sock_err)) }.unwrap_or(0)
+pub fn sock_err(sk: impl Sock) -> i32 {
+    unsafe { sk.sock_field::<i32>(offset!(sock_err)) }.unwrap_or(0)
 }
 
 /// Inode number of the socket's network namespace (as /proc/PID/ns/net).
 #[inline(always)]
-pub fn sock_netns(sk: u64) -> u32 {
+pub fn sock_netns(sk: impl Sock) -> u32 {
     unsafe {
-        match read_at::<u64>(sk, offset!(skc_net)) {
+        match sk.sock_field::<u64>(offset!(skc_net)) {
             Ok(net) if net != 0 => read_at::<u32>(net, offset!(net_ns_inum)).unwrap_or(0),
             _ => 0,
         }
@@ -173,12 +241,12 @@ pub fn sock_netns(sk: u64) -> u32 {
 /// (sk->sk_cgrp_data.cgroup->kn->id, the id bpf_get_current_cgroup_id gives
 /// in process context), or 0 where this kernel lacks the field.
 #[inline(always)]
-pub fn sock_cgroup_id(sk: u64) -> u64 {
+pub fn sock_cgroup_id(sk: impl Sock) -> u64 {
     if offset!(sock_cgroup) == 0 {
         return 0;
     }
     unsafe {
-        let Ok(cgroup) = read_at::<u64>(sk, offset!(sock_cgroup)) else { return 0 };
+        let Ok(cgroup) = sk.sock_field::<u64>(offset!(sock_cgroup)) else { return 0 };
         if cgroup == 0 {
             return 0;
         }

@@ -15,7 +15,8 @@ use observer_common::{IteratedSocket, OpenConnection, tcp_state::*};
 
 use crate::{
     kernel::{
-        read_at, read_destination_into, sock_cgroup_id, sock_family, sock_local_port, sock_remote_port, sock_tcp_state,
+        ProbedSock, read_at, read_destination_into, sock_cgroup_id, sock_family, sock_local_port, sock_remote_port,
+        sock_tcp_state,
     },
     maps::{OPEN_CONNECTIONS, offset},
 };
@@ -31,7 +32,10 @@ pub extern "C" fn older_connections(ctx: *const u64) -> i32 {
     if sk == 0 {
         return 0;
     }
-    let state = sock_tcp_state(sk);
+    // The context's pointer is typed as `sock_common`, too short for
+    // struct sock's fields: read them by helper.
+    let sock = ProbedSock(sk);
+    let state = sock_tcp_state(sock);
     if state == TIME_WAIT || state == NEW_SYN_RECV {
         return 0;
     }
@@ -39,20 +43,20 @@ pub extern "C" fn older_connections(ctx: *const u64) -> i32 {
     // pass asks which of those are still established): not followed.
     let followed = state == ESTABLISHED
         && unsafe { OPEN_CONNECTIONS.get(&sk) }.is_some_and(|entry| entry.handshaking != OpenConnection::OLDER);
-    let family = sock_family(sk);
+    let family = sock_family(sock);
     let mut record = IteratedSocket {
         sk,
         inode: socket_inode(sk),
-        cgroup_id: sock_cgroup_id(sk),
+        cgroup_id: sock_cgroup_id(sock),
         family,
-        local_port: sock_local_port(sk),
+        local_port: sock_local_port(sock),
         state: state as u16,
         followed: followed as u16,
         ..IteratedSocket::default()
     };
     if state != LISTEN {
-        read_destination_into(sk, family, &mut record.remote_addr);
-        record.remote_port = sock_remote_port(sk);
+        read_destination_into(sock, family, &mut record.remote_addr);
+        record.remote_port = sock_remote_port(sock);
     }
     // SAFETY: `meta` is the iterator's, its first field the seq_file.
     unsafe {

@@ -29,7 +29,7 @@ use observer_common::{ListenerDropKey, ListenerKey, listener_drop, lost, trace_e
 
 use crate::{
     counters::{bump_listener_drop, count_lost},
-    kernel::{read_at, sock_family, sock_local_port, sock_netns, sock_owner},
+    kernel::{ProbedSock, Sock, TypedSock, read_at, sock_family, sock_local_port, sock_netns, sock_owner},
     maps::{config, offset},
     trace,
 };
@@ -42,21 +42,21 @@ const ETH_P_IP_BE: u16 = 0x0008;
 /// const struct tcp_request_sock_ops *af_ops, struct sock *sk, struct sk_buff *skb)
 #[fentry(function = "tcp_conn_request")]
 pub fn overflow_syn_fentry(ctx: FEntryContext) -> u32 {
-    on_syn(ctx.arg(2), ctx.arg(3));
+    on_syn(TypedSock(ctx.arg(2)), ctx.arg(3));
     0
 }
 
 /// struct sock *tcp_v4_syn_recv_sock(const struct sock *sk, struct sk_buff *skb, ...)
 #[fentry(function = "tcp_v4_syn_recv_sock")]
 pub fn overflow_ack_v4_fentry(ctx: FEntryContext) -> u32 {
-    on_last_ack(ctx.arg(0));
+    on_last_ack(TypedSock(ctx.arg(0)));
     0
 }
 
 /// struct sock *tcp_v6_syn_recv_sock(const struct sock *sk, struct sk_buff *skb, ...)
 #[fentry(function = "tcp_v6_syn_recv_sock")]
 pub fn overflow_ack_v6_fentry(ctx: FEntryContext) -> u32 {
-    on_last_ack_v6(ctx.arg(0), ctx.arg(1));
+    on_last_ack_v6(TypedSock(ctx.arg(0)), ctx.arg(1));
     0
 }
 
@@ -64,7 +64,7 @@ pub fn overflow_ack_v6_fentry(ctx: FEntryContext) -> u32 {
 #[kprobe]
 pub fn overflow_syn_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(skb)) = (ctx.arg::<u64>(2), ctx.arg::<u64>(3)) {
-        on_syn(sk, skb);
+        on_syn(ProbedSock(sk), skb);
     }
     0
 }
@@ -72,7 +72,7 @@ pub fn overflow_syn_kprobe(ctx: ProbeContext) -> u32 {
 #[kprobe]
 pub fn overflow_ack_v4_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg::<u64>(0) {
-        on_last_ack(sk);
+        on_last_ack(ProbedSock(sk));
     }
     0
 }
@@ -80,16 +80,16 @@ pub fn overflow_ack_v4_kprobe(ctx: ProbeContext) -> u32 {
 #[kprobe]
 pub fn overflow_ack_v6_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(skb)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) {
-        on_last_ack_v6(sk, skb);
+        on_last_ack_v6(ProbedSock(sk), skb);
     }
     0
 }
 
 /// `sk_acceptq_is_full`: more connections queued than the backlog.
 #[inline(always)]
-fn accept_queue_full(sk: u64) -> bool {
-    let queued: u32 = unsafe { read_at(sk, offset!(sock_ack_backlog)) }.unwrap_or(0);
-    let backlog: u32 = unsafe { read_at(sk, offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
+fn accept_queue_full(sk: impl Sock) -> bool {
+    let queued: u32 = unsafe { sk.sock_field(offset!(sock_ack_backlog)) }.unwrap_or(0);
+    let backlog: u32 = unsafe { sk.sock_field(offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
     queued > backlog
 }
 
@@ -98,7 +98,7 @@ fn accept_queue_full(sk: u64) -> bool {
 /// then the accept-queue test. A SYN that matched a TIME_WAIT socket
 /// (`tcp_tw_isn` set) skips the SYN-queue test.
 #[inline(always)]
-fn on_syn(sk: u64, skb: u64) {
+fn on_syn(sk: impl Sock, skb: u64) {
     let cfg = config();
     let count_syn_queue = cfg.syn_queue_from_conn_request != 0;
     let overflows = accept_queue_full(sk);
@@ -108,11 +108,12 @@ fn on_syn(sk: u64, skb: u64) {
     }
     let isn: u32 = unsafe { read_at(skb, offset!(skb_tcp_tw_isn)) }.unwrap_or(0);
     if isn == 0 {
-        let net: u64 = unsafe { read_at(sk, offset!(skc_net)) }.unwrap_or(0);
+        let net: u64 = unsafe { sk.sock_field(offset!(skc_net)) }.unwrap_or(0);
         let syncookies: u8 =
             if net == 0 { 1 } else { unsafe { read_at(net, offset!(net_tcp_syncookies)) }.unwrap_or(1) };
-        let syn_queue: u32 = unsafe { read_at(sk, offset!(icsk_syn_queue_len)) }.unwrap_or(0);
-        let backlog: u32 = unsafe { read_at(sk, offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
+        // inet_connection_sock's: past struct sock.
+        let syn_queue: u32 = unsafe { read_at(sk.addr(), offset!(icsk_syn_queue_len)) }.unwrap_or(0);
+        let backlog: u32 = unsafe { sk.sock_field(offset!(sock_max_ack_backlog)) }.unwrap_or(u32::MAX);
         // `inet_csk_reqsk_queue_is_full`: `>=` before the 2024 fix, `>`
         // since (userspace asked this kernel which, `Config`).
         let syn_queue_full =
@@ -133,14 +134,14 @@ fn on_syn(sk: u64, skb: u64) {
 }
 
 #[inline(always)]
-fn on_last_ack(sk: u64) {
+fn on_last_ack(sk: impl Sock) {
     if accept_queue_full(sk) {
         count_overflow(sk);
     }
 }
 
 #[inline(always)]
-fn on_last_ack_v6(sk: u64, skb: u64) {
+fn on_last_ack_v6(sk: impl Sock, skb: u64) {
     let protocol: u16 = unsafe { read_at(skb, offset!(skb_protocol)) }.unwrap_or(0);
     if protocol != ETH_P_IP_BE {
         on_last_ack(sk);
@@ -149,7 +150,7 @@ fn on_last_ack_v6(sk: u64, skb: u64) {
 
 /// Charge one overflow to the listener and its owner.
 #[inline(always)]
-fn count_overflow(sk: u64) {
+fn count_overflow(sk: impl Sock) {
     count_listener_drop(sk, listener_drop::OVERFLOW);
 }
 
@@ -157,7 +158,7 @@ fn count_overflow(sk: u64) {
 /// listener and its owner (recorded at listen(); tgid 0 in the socket's
 /// cgroup for a listener older than observer, whose owner userspace finds).
 #[inline(always)]
-pub fn count_listener_drop(sk: u64, reason: u32) {
+pub fn count_listener_drop(sk: impl Sock, reason: u32) {
     let owner = sock_owner(sk);
     let listener = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
     if !bump_listener_drop(&ListenerDropKey { owner, listener, reason, _pad: 0 }) {

@@ -18,9 +18,10 @@ use observer_common::{ClosedListener, ListenerKey, lost, lru, tcp_state::*};
 use crate::{
     connect::{connect_settled, syn_sent_in_connect},
     connections::{connection_ended, connection_established, connection_failed, connection_syn_sent},
-    counters::{count_lost, lru_insert, lru_remove},
+    counters::{count_lost, lru_insert, lru_remove, lru_remove_if_there},
     kernel::{
-        IPPROTO_TCP, current_actor, read_at, sock_family, sock_local_port, sock_netns, sock_owner, sock_protocol,
+        IPPROTO_TCP, Sock, TypedSock, current_actor, sock_family, sock_local_port, sock_netns, sock_owner,
+        sock_protocol,
     },
     maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offset},
     time_wait::{count_once_per_pair, is_time_wait_entry},
@@ -43,7 +44,7 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     {
         return 0;
     }
-    let sk: u64 = ctx.arg(0);
+    let sk = TypedSock(ctx.arg(0));
     if sock_protocol(sk) != IPPROTO_TCP {
         return 0;
     }
@@ -72,11 +73,11 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         _ => {}
     }
     if new == CLOSE {
-        lru_remove(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk);
+        lru_remove(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr());
         if old != SYN_SENT {
             // Normally gone already; never let an entry outlive its socket,
             // since a new socket may get the same address.
-            lru_remove(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk);
+            lru_remove_if_there(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk.addr());
         }
     }
     0
@@ -84,23 +85,23 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
 
 /// listen(): process context, so the current task owns the listener.
 #[inline(always)]
-fn record_listener(sk: u64) {
+fn record_listener(sk: impl Sock) {
     let actor = current_actor();
     let key = ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) };
     let _ = lru_insert(&LISTENERS, lru::LISTENERS, &key, &actor);
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk, &actor);
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
 }
 
 /// A listener closes: its drop counter goes with it, so queue its last
 /// value (and its cookie, by which the sweep knows it) for userspace. The
 /// listener is unhashed in this same state change: no SYN finds it after.
 #[inline(always)]
-fn record_closed_listener(sk: u64) {
+fn record_closed_listener(sk: impl Sock) {
     let owner = sock_owner(sk);
     let closed = ClosedListener {
-        cookie: unsafe { read_at::<u64>(sk, offset!(skc_cookie)) }.unwrap_or(0),
+        cookie: unsafe { sk.sock_field::<u64>(offset!(skc_cookie)) }.unwrap_or(0),
         listener: ListenerKey { netns: sock_netns(sk), port: sock_local_port(sk), family: sock_family(sk) },
-        drops: unsafe { read_at::<u32>(sk, offset!(sock_drops)) }.unwrap_or(0),
+        drops: unsafe { sk.sock_field::<u32>(offset!(sock_drops)) }.unwrap_or(0),
         _pad: 0,
         owner,
     };

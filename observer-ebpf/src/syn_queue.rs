@@ -18,19 +18,23 @@ use aya_ebpf::{
 };
 use observer_common::listener_drop;
 
-use crate::{kernel::read_at, maps::offset, overflow::count_listener_drop};
+use crate::{
+    kernel::{ProbedSock, Sock, TypedSock, read_at},
+    maps::offset,
+    overflow::count_listener_drop,
+};
 
 /// static bool tcp_syn_flood_action(const struct sock *sk, const char *proto)
 #[fentry(function = "tcp_syn_flood_action")]
 pub fn syn_queue_full_fentry(ctx: FEntryContext) -> u32 {
-    on_syn_queue_full(ctx.arg(0));
+    on_syn_queue_full(TypedSock(ctx.arg(0)));
     0
 }
 
 #[kprobe]
 pub fn syn_queue_full_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg::<u64>(0) {
-        on_syn_queue_full(sk);
+        on_syn_queue_full(ProbedSock(sk));
     }
     0
 }
@@ -39,10 +43,10 @@ pub fn syn_queue_full_kprobe(ctx: ProbeContext) -> u32 {
 /// `tcp_syncookies` is not 0 (a kernel built without CONFIG_SYN_COOKIES
 /// drops instead; Debian's and every major distribution's have it).
 #[inline(always)]
-fn on_syn_queue_full(sk: u64) {
+fn on_syn_queue_full(sk: impl Sock) {
     // An unreadable namespace (never seen) is taken at the sysctl's
     // default, 1, as overflow.rs does: the event still counts.
-    let net: u64 = unsafe { read_at(sk, offset!(skc_net)) }.unwrap_or(0);
+    let net: u64 = unsafe { sk.sock_field(offset!(skc_net)) }.unwrap_or(0);
     let syncookies: u8 = if net == 0 { 1 } else { unsafe { read_at(net, offset!(net_tcp_syncookies)) }.unwrap_or(1) };
     let reason = if syncookies != 0 { listener_drop::SYN_COOKIE } else { listener_drop::SYN_DROP };
     count_listener_drop(sk, reason);

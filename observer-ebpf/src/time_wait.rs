@@ -30,7 +30,7 @@ use observer_common::{RecentlyCounted, tcp_state::*, trace_event};
 
 use crate::{
     counters::{ProcCounter, bump_netns_time_wait, bump_proc},
-    kernel::{IPPROTO_TCP, sock_err, sock_family, sock_netns, sock_owner, sock_protocol},
+    kernel::{IPPROTO_TCP, ProbedSock, Sock, TypedSock, sock_err, sock_family, sock_netns, sock_owner, sock_protocol},
     maps::TIME_WAIT_RECENT,
     trace,
 };
@@ -39,14 +39,14 @@ use crate::{
 /// handed to a timewait socket (substate TIME_WAIT or FIN_WAIT2).
 #[fentry(function = "tcp_time_wait")]
 pub fn tcp_time_wait_fentry(ctx: FEntryContext) -> u32 {
-    count_once_per_pair(ctx.arg(0));
+    count_once_per_pair(TypedSock(ctx.arg(0)));
     0
 }
 
 /// The other program of the pair (see the module comment).
 #[fentry(function = "tcp_time_wait")]
 pub fn tcp_time_wait_fentry_twin(ctx: FEntryContext) -> u32 {
-    count_once_per_pair(ctx.arg(0));
+    count_once_per_pair(TypedSock(ctx.arg(0)));
     0
 }
 
@@ -57,7 +57,7 @@ pub fn tcp_time_wait_fentry_twin(ctx: FEntryContext) -> u32 {
 #[kprobe]
 pub fn tcp_time_wait_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg::<u64>(0) {
-        count_once_per_pair(sk);
+        count_once_per_pair(ProbedSock(sk));
     }
     0
 }
@@ -73,7 +73,7 @@ pub fn time_wait_twin(ctx: BtfTracePointContext) -> i32 {
     if new != CLOSE || (old != FIN_WAIT2 && old != CLOSING) {
         return 0;
     }
-    let sk: u64 = ctx.arg(0);
+    let sk = TypedSock(ctx.arg(0));
     if is_time_wait_entry(sk, old, new) {
         count_once_per_pair(sk);
     }
@@ -83,7 +83,7 @@ pub fn time_wait_twin(ctx: BtfTracePointContext) -> i32 {
 /// A socket handed to TIME_WAIT goes FIN_WAIT2/CLOSING -> CLOSE with no
 /// error (a reset sets `sk_err` and leaves no timewait socket).
 #[inline(always)]
-pub fn is_time_wait_entry(sk: u64, old: i32, new: i32) -> bool {
+pub fn is_time_wait_entry(sk: impl Sock, old: i32, new: i32) -> bool {
     new == CLOSE && (old == FIN_WAIT2 || old == CLOSING) && sock_protocol(sk) == IPPROTO_TCP && sock_err(sk) == 0
 }
 
@@ -94,7 +94,7 @@ pub fn is_time_wait_entry(sk: u64, old: i32, new: i32) -> bool {
 /// the next event of a socket at that address then finds it and is still
 /// counted exactly once (by the second program of that pair).
 #[inline(always)]
-pub fn count_once_per_pair(sk: u64) {
+pub fn count_once_per_pair(sk: impl Sock) {
     let Some(recent) = TIME_WAIT_RECENT.get_ptr_mut(0) else {
         return count_time_wait(sk);
     };
@@ -102,7 +102,7 @@ pub fn count_once_per_pair(sk: u64) {
     // it runs a program of the pair only if that one is not running here.
     let recent = unsafe { &mut *recent };
     for slot in recent.socks.iter_mut() {
-        if *slot == sk {
+        if *slot == sk.addr() {
             *slot = 0;
             return;
         }
@@ -111,9 +111,9 @@ pub fn count_once_per_pair(sk: u64) {
     // A free slot first: a note still waiting for its pair (an interrupted
     // run) must not be overwritten by the events of the interrupt.
     match recent.socks.iter_mut().find(|slot| **slot == 0) {
-        Some(slot) => *slot = sk,
+        Some(slot) => *slot = sk.addr(),
         None => {
-            recent.socks[(recent.next as usize) % RecentlyCounted::SLOTS] = sk;
+            recent.socks[(recent.next as usize) % RecentlyCounted::SLOTS] = sk.addr();
             recent.next = recent.next.wrapping_add(1);
         }
     }
@@ -121,7 +121,7 @@ pub fn count_once_per_pair(sk: u64) {
 
 /// Charge one TIME_WAIT entry to the socket's owner (`sock_owner`).
 #[inline(always)]
-pub fn count_time_wait(sk: u64) {
+pub fn count_time_wait(sk: impl Sock) {
     let owner = sock_owner(sk);
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
     bump_netns_time_wait(sock_netns(sk));

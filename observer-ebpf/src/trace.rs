@@ -8,7 +8,7 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::ring_buf::RingBufEntry};
 use observer_common::{Actor, ConnectErrorKey, TraceEvent, trace_event};
 
 use crate::{
-    kernel::{read_destination_into, sock_family, sock_remote_port, sock_source_port},
+    kernel::{Sock, read_destination_into, sock_family, sock_remote_port, sock_source_port},
     maps::{TRACE_DROPPED, TRACE_EVENTS, TRACE_KINDS},
 };
 
@@ -69,7 +69,7 @@ pub fn connect_error(key: &ConnectErrorKey) {
 /// An event of `kind` on socket `sk` (its far end and local port read
 /// from it straight into the record), of `actor`.
 #[inline(always)]
-pub fn socket_event(kind: u32, detail: u32, actor: &Actor, sk: u64) {
+pub fn socket_event(kind: u32, detail: u32, actor: &Actor, sk: impl Sock) {
     if !wanted(kind) {
         return;
     }

@@ -22,8 +22,8 @@ pub unsafe fn read_at<T>(base: u64, offset: u32) -> Result<T, i64> {
 
 /// A kernel `struct sock *`, and how its own fields are read. Programs
 /// that follow every connection read a handful of fields at each of its
-/// ~10 state changes; a helper call per field was a fifth of their time
-/// (BENCHMARKS.md, history 22).
+/// ~10 state changes; a helper call per field was a large share of their
+/// time (BENCHMARKS.md, history 22).
 pub trait Sock: Copy {
     /// The socket's address: the key of the per-socket maps.
     fn addr(self) -> u64;

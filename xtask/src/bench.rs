@@ -519,6 +519,15 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    ratios spread 0.93-1.16 (this VM's noise exceeds the change); every
    run exact. The kernel matrix (5.10, 6.1, 6.12; fentry, kprobe) passes
    with the plain loads.
+   In the matrix's guests (`--vm-cost-only`, 3 runs a mode, medians),
+   against history 19's run: BPF ns per cycle 5.10 auto 90440 -> 56037,
+   kprobe 81097 -> 56388, tracepoint 79452 -> 55963; 6.1 100340 ->
+   74002, 105439 -> 71513, 99907 -> 68787; 6.12 79014 -> 53863, 80862
+   -> 50029, 79617 -> 49014 (emulated helper calls cost more than
+   native ones, and the guests' speed drifts between runs); against the
+   tracepoint mode in the same guest, auto and kprobe 1.00 and 1.01
+   (5.10), 1.08 and 1.04 (6.1), 1.10 and 1.02 (6.12): still not below
+   it, within the drift.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -184,6 +184,8 @@ pub fn sock_destination(sk: impl Sock, family: u16) -> ([u8; 16], u16) {
 pub fn read_destination_into(sk: impl Sock, family: u16, daddr: &mut [u8; 16]) {
     *daddr = [0; 16];
     if family == AF_INET6 {
+        // 16 bytes straight into the caller's buffer (maybe a ring record)
+        // by helper, whatever the pointer's kind: IPv6 is the rare case.
         // SAFETY: a kernel read into memory of ours; left zero if it fails.
         let _ = unsafe {
             bpf_probe_read_kernel_buf((sk.addr() + offset!(skc_v6_daddr) as u64) as *const u8, &mut daddr[..])

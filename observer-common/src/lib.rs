@@ -62,7 +62,8 @@ pub struct ProcKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcCounters {
-    /// Active opens: a SYN was sent (`tcp_connect`).
+    /// Active opens: a SYN was sent (counted at the connect() call's
+    /// return, or at SYN_SENT outside one).
     pub connects: u64,
     /// Connections handed to the process by accept().
     pub accepts: u64,
@@ -313,8 +314,6 @@ pub struct IteratedSocket {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// 1: no `tcp_connect` hook attached; count connects at connect() exit.
-    pub connects_from_syscall: u32,
     /// 1: no `tcp_time_wait` hook attached; `sock_state` counts TIME_WAIT
     /// entries from state changes (with `time_wait_backup` behind it).
     pub time_wait_from_state: u32,
@@ -509,7 +508,7 @@ const _: () = {
     assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 24);
+    assert!(size_of::<Config>() == 20);
     assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);

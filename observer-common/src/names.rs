@@ -44,8 +44,6 @@ pub mod maps {
 
 /// Programs, by the name of their function in observer-ebpf.
 pub mod programs {
-    pub const TCP_CONNECT_FENTRY: &str = "tcp_connect_fentry";
-    pub const TCP_CONNECT_KPROBE: &str = "tcp_connect_kprobe";
     pub const CONNECT_CALL_FENTRY: &str = "connect_call_fentry";
     pub const CONNECT_CALL_FEXIT: &str = "connect_call_fexit";
     pub const CONNECT_CALL_KPROBE: &str = "connect_call_kprobe";
@@ -77,8 +75,6 @@ pub mod programs {
 
     /// Every program of the object.
     pub const ALL: &[&str] = &[
-        TCP_CONNECT_FENTRY,
-        TCP_CONNECT_KPROBE,
         CONNECT_CALL_FENTRY,
         CONNECT_CALL_FEXIT,
         CONNECT_CALL_KPROBE,

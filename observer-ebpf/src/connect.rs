@@ -2,7 +2,9 @@
 //!
 //! Errors are what the call returned, the ground truth the caller saw:
 //! taken where connect() enters and leaves TCP's socket layer
-//! (inet_stream_connect, fentry/fexit or kprobe/kretprobe), else from the
+//! (`__inet_stream_connect`, the inside of inet_stream_connect that TCP
+//! Fast Open's sendmsg() calls too; fentry/fexit or kprobe/kretprobe),
+//! else from the
 //! connect() syscall tracepoints, which exist on every kernel but, once
 //! enabled, send every syscall of every task through the kernel's slower
 //! syscall path (BENCHMARKS.md, "the floor"). While the call runs, its
@@ -15,10 +17,13 @@
 //! The connection is noted when the socket enters SYN_SENT inside the call
 //! (`syn_sent_in_connect`), where the socket, its destination and the
 //! caller are at hand: the call's entry only notes the thread and the
-//! call's arguments. Finding the socket (an fd-table walk in syscall mode)
-//! and reading the sockaddr is left to the rare connect() that fails before
-//! SYN_SENT (no route, bad address); done on every call it cost a third of
-//! observer's time (BENCHMARKS.md).
+//! call's arguments. Connects (SYNs sent) are counted at the call's return,
+//! which knows whether the kernel found a local port: no program on
+//! `tcp_connect`, one run fewer per connection (BENCHMARKS.md history 23).
+//! Finding the socket (an fd-table walk in syscall mode) and reading the
+//! sockaddr is left to the rare connect() that fails before SYN_SENT (no
+//! route, bad address); done on every call it cost a third of observer's
+//! time (BENCHMARKS.md).
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{fentry, fexit, kprobe, kretprobe, tracepoint},
@@ -31,10 +36,10 @@ use observer_common::{
 use crate::{
     counters::{ProcCounter, bump_connect_error, bump_proc, count_lost, lru_insert, lru_remove, lru_remove_if_there},
     kernel::{
-        ProbedSock, Sock, TypedSock, current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd,
-        sock_of_socket, sock_tcp_state, tcp_attempted_connect,
+        ProbedSock, Sock, current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket,
+        sock_tcp_state, tcp_attempted_connect,
     },
-    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS, config},
+    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS},
     trace,
 };
 
@@ -68,9 +73,9 @@ pub fn connect_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// int inet_stream_connect(struct socket *sock, struct sockaddr *uaddr,
-///                         int addr_len, int flags)
-#[fentry(function = "inet_stream_connect")]
+/// int __inet_stream_connect(struct socket *sock, struct sockaddr *uaddr,
+///                           int addr_len, int flags, int is_sendmsg)
+#[fentry(function = "__inet_stream_connect")]
 pub fn connect_call_fentry(ctx: FEntryContext) -> u32 {
     call_started(ThreadConnect { socket: ctx.arg(0), addr: ctx.arg(1), ..ThreadConnect::default() });
     0
@@ -93,9 +98,10 @@ fn call_started(thread: ThreadConnect) {
 
 /// The socket entered SYN_SENT (process context, from state.rs). Inside a
 /// connect() call of this thread it is that call's socket: note who
-/// connects where. Outside one (TCP Fast Open's sendmsg(); in syscall
-/// mode also io_uring and kernel sockets) no hooked call returns an errno,
-/// and nothing is noted.
+/// connects where, for the call's return to count the connect and its
+/// outcome, and record the socket's owner. Outside one (in syscall mode:
+/// TCP Fast Open's sendmsg(), io_uring, kernel sockets) no hooked call
+/// returns an errno, and nothing is noted.
 #[inline(always)]
 pub fn syn_sent_in_connect(sk: impl Sock) {
     let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
@@ -107,10 +113,7 @@ pub fn syn_sent_in_connect(sk: impl Sock) {
         (*thread).sk = sk.addr();
         (*thread).connect = InflightConnect { actor, daddr, family, dport, _pad: 0 };
     }
-    if config().connects_from_syscall == 1 {
-        // Otherwise the tcp_connect hook records the owner.
-        let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
-    }
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
     // A new connection on this socket: an entry still here belongs to an
     // earlier socket at this address whose end a skipped run missed, and
     // must not be taken for this connection's outcome (connect_settled).
@@ -126,10 +129,10 @@ pub fn connect_exit(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// inet_stream_connect's return (argument 4: after the four arguments).
-#[fexit(function = "inet_stream_connect")]
+/// __inet_stream_connect's return (argument 5: after the five arguments).
+#[fexit(function = "__inet_stream_connect")]
 pub fn connect_call_fexit(ctx: FExitContext) -> u32 {
-    call_returned(ctx.arg::<i32>(4) as i64);
+    call_returned(ctx.arg::<i32>(5) as i64);
     0
 }
 
@@ -158,9 +161,10 @@ fn call_returned(ret: i64) {
     let connect = &thread.connect;
     // Kept in a map: a plain number to the verifier.
     let sk = ProbedSock(thread.sk);
-    if config().connects_from_syscall == 1 && ret != -EADDRNOTAVAIL {
-        // No tcp_connect hook: a socket that reached SYN_SENT sent its SYN,
-        // except when no local port could be found (EADDRNOTAVAIL).
+    if ret != -EADDRNOTAVAIL {
+        // A socket that reached SYN_SENT in this call sent its SYN, except
+        // when no local port could be found (EADDRNOTAVAIL: the kernel
+        // gives up between SYN_SENT and the SYN).
         bump_proc(&connect.actor, connect.family, ProcCounter::Connects);
         trace::socket_event(trace_event::CONNECT, 0, &connect.actor, sk);
     }
@@ -257,28 +261,4 @@ pub fn count_error(entry: &InflightConnect, errno: u32) {
         errno,
         daddr: entry.daddr,
     });
-}
-
-/// int tcp_connect(struct sock *sk); called once a SYN is about to be sent.
-#[fentry(function = "tcp_connect")]
-pub fn tcp_connect_fentry(ctx: FEntryContext) -> u32 {
-    on_tcp_connect(TypedSock(ctx.arg(0)));
-    0
-}
-
-/// Same as `tcp_connect_fentry`, for kernels where fentry is unavailable.
-#[kprobe]
-pub fn tcp_connect_kprobe(ctx: ProbeContext) -> u32 {
-    if let Some(sk) = ctx.arg::<u64>(0) {
-        on_tcp_connect(ProbedSock(sk));
-    }
-    0
-}
-
-#[inline(always)]
-fn on_tcp_connect(sk: impl Sock) {
-    let actor = current_actor();
-    bump_proc(&actor, sock_family(sk), ProcCounter::Connects);
-    trace::socket_event(trace_event::CONNECT, 0, &actor, sk);
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
 }

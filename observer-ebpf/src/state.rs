@@ -1,7 +1,7 @@
 //! TCP state changes (tp_btf `inet_sock_set_state`), available on every
 //! kernel with BTF. One program does all the per-socket bookkeeping:
 //! - CLOSE -> SYN_SENT: inside a connect() call, note who connects where
-//!   (connect.rs);
+//!   and the socket's owner (connect.rs);
 //! - SYN_SENT -> ESTABLISHED/CLOSE: the outcome of a connect still going
 //!   on when its connect() call returned;
 //! - -> LISTEN: record the listener's owner for userspace;

@@ -94,7 +94,6 @@ fn on_a_kernel_without_kprobes_the_fallbacks_are_used_and_reported() {
         let (auto, _) = Probes::load(AttachMode::Auto).unwrap();
         let auto = modes(&auto);
         assert_eq!(auto["inet_csk_accept"], Mode::Tracepoint);
-        assert_eq!(auto["tcp_connect"], Mode::Tracepoint);
         assert_eq!(auto["inet_stream_connect"], Mode::Tracepoint);
         assert_eq!(auto["tcp_time_wait"], Mode::BtfTracepoint);
         assert_eq!(auto["listen_overflow"], Mode::SockDiag);

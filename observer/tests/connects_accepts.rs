@@ -80,6 +80,45 @@ fn a_refusal_reported_again_by_a_second_connect_is_counted_once() {
     assert_eq!(obs.process(client.pid).connects, 3);
 }
 
+/// TCP Fast Open opens a connection inside sendmsg(), with no connect()
+/// call. Where observer hooks TCP's connect (fentry or kprobe on
+/// `__inet_stream_connect`, which sendmsg() calls too) each is a connect
+/// like any other, and a refusal an error; the syscall tracepoints of the
+/// tracepoint mode see no connect() and count neither (README says so).
+#[test]
+fn fast_open_connects_are_counted_where_tcps_connect_is_hooked() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let _server = ns.serve(&["--listen", "127.0.0.1:7101"]);
+    let before = ns.nstat_all(&["TcpActiveOpens", "TcpExtTCPFastOpenCookieReqd"]);
+    let opened = ns.client(&["--to", "127.0.0.1:7101", "--count", "4", "--fast-open"]);
+    let refused = ns.client(&["--to", "127.0.0.1:9", "--count", "2", "--fast-open"]);
+    assert_eq!(opened.connected, 4, "{opened:?}");
+    assert_eq!(refused.errors("ECONNREFUSED"), 2, "{refused:?}");
+    let after = ns.nstat_all(&["TcpActiveOpens", "TcpExtTCPFastOpenCookieReqd"]);
+    assert_eq!(after[0] - before[0], 6, "SYNs sent: {}", ns.nstat_report());
+    // Counted at the SYN-ACK, so for the opened ones only.
+    assert_eq!(after[1] - before[1], 4, "each a Fast Open SYN: {}", ns.nstat_report());
+
+    let refused_at: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let hook =
+        obs.probes.attachments.iter().find(|a| a.hook == "inet_stream_connect").expect("always attached").clone();
+    if hook.mode == observer::probes::Mode::Tracepoint {
+        // A round after the kernel's counts: anything counted is in.
+        obs.collect();
+        assert_eq!(obs.process(opened.pid).connects, 0);
+        assert_eq!(obs.all_connect_errors(refused.pid), 0);
+        return;
+    }
+    collect_until(&mut obs, |o| {
+        o.process(opened.pid).connects >= 4 && o.connect_errors(refused.pid, refused_at, ECONNREFUSED) >= 2
+    });
+    assert_eq!(obs.process(opened.pid).connects, 4, "{hook:?}");
+    assert_eq!(obs.process(refused.pid).connects, 2, "{hook:?}");
+    assert_eq!(obs.connect_errors(refused.pid, refused_at, ECONNREFUSED), 2);
+    assert_eq!(obs.all_connect_errors(refused.pid), 2);
+}
+
 #[test]
 fn unroutable_destination_is_enetunreach_before_any_packet() {
     let mut obs = Observer::start();

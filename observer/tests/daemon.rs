@@ -55,7 +55,7 @@ fn scrape_shows_the_exact_eaddrnotavail_count_of_the_client() {
         Some(0),
         "{body}"
     );
-    for hook in ["tcp_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow", "syn_queue_full"] {
+    for hook in ["inet_stream_connect", "inet_csk_accept", "tcp_time_wait", "listen_overflow", "syn_queue_full"] {
         assert_eq!(sample(&body, "observer_probe_info", &[&format!("observer_hook=\"{hook}\"")]), Some(1), "{hook}");
     }
     // Self-telemetry: rounds took some time (each in the histogram), none

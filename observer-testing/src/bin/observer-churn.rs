@@ -82,6 +82,11 @@ enum Cmd {
         /// (as some libraries do), not by reading SO_ERROR.
         #[arg(long, requires = "nonblocking")]
         ask_again: bool,
+        /// Open each connection with TCP Fast Open: sendto(MSG_FASTOPEN)
+        /// of one byte, no connect() call (the kernel opens it inside
+        /// sendmsg(); net.ipv4.tcp_fastopen's client bit, on by default).
+        #[arg(long, conflicts_with = "nonblocking")]
+        fast_open: bool,
         /// Spread the attempts evenly over this long instead of making them
         /// back to back (so a scraper sees the counts grow).
         #[arg(long, value_parser = humantime::parse_duration)]
@@ -158,12 +163,17 @@ fn main() {
             close_first,
             nonblocking,
             ask_again,
+            fast_open,
             spread,
             rename,
             leader_exits,
         } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
-            let nonblocking = nonblocking.map(|wait| Nonblocking { wait, ask_again });
+            let nonblocking = match (nonblocking, fast_open) {
+                (Some(wait), _) => Some(Opening::Nonblocking(Nonblocking { wait, ask_again })),
+                (None, true) => Some(Opening::FastOpen),
+                (None, false) => None,
+            };
             let hold = match (hold, until_eof) {
                 (false, _) => Hold::No,
                 (true, false) => Hold::UntilDone,
@@ -371,7 +381,7 @@ fn connect(
     hold: Hold,
     life: &[Duration],
     close_first: Close,
-    nonblocking: Option<Nonblocking>,
+    opening: Option<Opening>,
     pause: Option<Duration>,
     rename: bool,
 ) {
@@ -386,8 +396,9 @@ fn connect(
             let name = std::ffi::CString::new(format!("churn-{attempt}")).expect("no NUL");
             nix::sys::prctl::set_name(&name).expect("prctl(PR_SET_NAME)");
         }
-        let result = match nonblocking {
-            Some(how) => connect_nonblocking(to, how),
+        let result = match opening {
+            Some(Opening::Nonblocking(how)) => connect_nonblocking(to, how),
+            Some(Opening::FastOpen) => connect_fast_open(to),
             None => TcpStream::connect(to),
         };
         match result {
@@ -398,7 +409,7 @@ fn connect(
                 }
                 if hold != Hold::No {
                     held.push(stream);
-                } else if nonblocking.is_none() {
+                } else if !matches!(opening, Some(Opening::Nonblocking(_))) {
                     match close_first {
                         Close::Client => drop(stream),
                         Close::Server => {
@@ -423,6 +434,13 @@ fn connect(
     for s in &held {
         let _ = s.shutdown(Shutdown::Both);
     }
+}
+
+/// How `connect` opens a connection other than by a blocking connect().
+#[derive(Clone, Copy)]
+enum Opening {
+    Nonblocking(Nonblocking),
+    FastOpen,
 }
 
 #[derive(Clone, Copy)]
@@ -456,6 +474,25 @@ fn connect_nonblocking(to: SocketAddr, how: Nonblocking) -> std::io::Result<TcpS
         Ok(errno) => Err(std::io::Error::from_raw_os_error(errno)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A blocking sendto(MSG_FASTOPEN) of one byte on a new socket: the kernel
+/// sends the SYN (with a cookie request, or the byte and a cookie) and
+/// returns once the connection is open and the byte queued.
+fn connect_fast_open(to: SocketAddr) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrLike, SockaddrStorage, socket};
+    let family = if to.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    let fd = socket(family, SockType::Stream, SockFlag::empty(), None).map_err(std::io::Error::from)?;
+    let addr = SockaddrStorage::from(to);
+    // SAFETY: a valid socket, a one-byte buffer and a sockaddr of `len()`
+    // bytes, all alive for the call. (nix has no MSG_FASTOPEN flag.)
+    let sent = unsafe {
+        nix::libc::sendto(fd.as_raw_fd(), b"x".as_ptr().cast(), 1, nix::libc::MSG_FASTOPEN, addr.as_ptr(), addr.len())
+    };
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(TcpStream::from(fd))
 }
 
 fn errno_name(errno: i32) -> String {

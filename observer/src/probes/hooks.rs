@@ -98,7 +98,6 @@ impl SkippedRuns {
 /// Config flags a tracepoint fallback turns on in the shared programs.
 #[derive(Clone, Copy, Debug)]
 enum Flag {
-    ConnectsFromSyscall,
     TimeWaitFromState,
     ListenDropsFromSweep,
     SynQueueFromConnRequest,
@@ -278,33 +277,24 @@ pub struct Hook {
 /// Hooks with a choice of modes, attached first: their outcome decides the
 /// flags the shared tracepoint programs need.
 pub static HOOKS: &[Hook] = &[
-    Hook {
-        name: "tcp_connect",
-        ways: &[
-            Way::Fentry { prog: programs::TCP_CONNECT_FENTRY, function: "tcp_connect", twin: None },
-            Way::Kprobe { prog: programs::TCP_CONNECT_KPROBE, function: "tcp_connect", flag: None },
-            Way::SharedTracepoint {
-                flag: Flag::ConnectsFromSyscall,
-                mode: Mode::Tracepoint,
-                via: "syscalls/sys_exit_connect after inet_sock_set_state CLOSE->SYN_SENT",
-                twin: None,
-            },
-        ],
-    },
-    // After tcp_connect: its programs count connects when the tcp_connect
-    // hook fell back (the flag is written before this one attaches).
+    // connect() into TCP's socket layer, at its inner half
+    // `__inet_stream_connect`, which TCP Fast Open's sendmsg() calls too.
+    // Its programs also count connects (SYNs sent) at the call's return,
+    // which knows whether the kernel found a local port, for a socket
+    // `sock_state` saw enter SYN_SENT in the call: no program on
+    // tcp_connect, one run fewer per connection (BENCHMARKS.md history 23).
     Hook {
         name: "inet_stream_connect",
         ways: &[
             Way::FentryFexit {
                 entry: programs::CONNECT_CALL_FENTRY,
                 exit: programs::CONNECT_CALL_FEXIT,
-                function: "inet_stream_connect",
+                function: "__inet_stream_connect",
             },
             Way::KprobeKretprobe {
                 entry: programs::CONNECT_CALL_KPROBE,
                 exit: programs::CONNECT_CALL_KRETPROBE,
-                function: "inet_stream_connect",
+                function: "__inet_stream_connect",
             },
             Way::Tracepoints(&[
                 (programs::CONNECT_ENTER, "syscalls", "sys_enter_connect"),
@@ -476,7 +466,6 @@ pub(super) fn attach_all(
             _ => None,
         };
         match flag {
-            Some(Flag::ConnectsFromSyscall) => config.connects_from_syscall = 1,
             Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
             Some(Flag::ListenDropsFromSweep) => config.listen_drops_from_sweep = 1,
             Some(Flag::SynQueueFromConnRequest) => config.syn_queue_from_conn_request = 1,

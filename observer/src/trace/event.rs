@@ -57,7 +57,7 @@ impl Kind {
             Kind::ConnectError => &["inet_stream_connect", "inet_sock_set_state"],
             Kind::TimeWait => &["tcp_time_wait", "inet_sock_set_state"],
             Kind::Overflow => &[LISTEN_OVERFLOW, SYN_QUEUE_FULL],
-            Kind::Connect => &["tcp_connect", "inet_stream_connect"],
+            Kind::Connect => &["inet_stream_connect"],
             Kind::Accept => &["inet_csk_accept"],
         }
     }
@@ -70,8 +70,8 @@ impl Kind {
     /// so a trace costs what its kinds cost.
     pub fn needs(self) -> &'static [&'static str] {
         match self {
-            Kind::ConnectError | Kind::Connect => &["tcp_connect", "inet_stream_connect"],
-            Kind::TimeWait => &["tcp_connect", "inet_stream_connect", "inet_csk_accept", "tcp_time_wait"],
+            Kind::ConnectError | Kind::Connect => &["inet_stream_connect"],
+            Kind::TimeWait => &["inet_stream_connect", "inet_csk_accept", "tcp_time_wait"],
             Kind::Overflow => &[LISTEN_OVERFLOW, SYN_QUEUE_FULL],
             Kind::Accept => &["inet_csk_accept"],
         }

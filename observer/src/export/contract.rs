@@ -220,7 +220,7 @@ const SOURCE: &[Attribute] =
 const HOOK: Attribute = Attribute {
     key: "observer.hook",
     ty: Type::String,
-    meaning: "The kernel function or event observed (`tcp_connect`, `inet_csk_accept`, ...)",
+    meaning: "The kernel function or event observed (`inet_stream_connect`, `inet_csk_accept`, ...)",
 };
 
 const MAP: &[Attribute] = &[Attribute { key: "observer.map.name", ty: Type::String, meaning: "The kernel map" }];

@@ -99,12 +99,14 @@ fn call_started(thread: ThreadConnect) {
 /// The socket entered SYN_SENT (process context, from state.rs). Inside a
 /// connect() call of this thread it is that call's socket: note who
 /// connects where, for the call's return to count the connect and its
-/// outcome, and record the socket's owner. Outside one (in syscall mode:
-/// TCP Fast Open's sendmsg(), io_uring, kernel sockets) no hooked call
-/// returns an errno, and nothing is noted.
+/// outcome, and record the socket's owner; the note is returned (in the
+/// map: no copy on `sock_state`'s stack), so the caller need not read the
+/// process and destination again. Outside one (in syscall mode: TCP Fast
+/// Open's sendmsg(), io_uring, kernel sockets) no hooked call returns an
+/// errno, and nothing is noted.
 #[inline(always)]
-pub fn syn_sent_in_connect(sk: impl Sock) {
-    let Some(thread) = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid()) else { return };
+pub fn syn_sent_in_connect(sk: impl Sock) -> Option<&'static InflightConnect> {
+    let thread = THREAD_CONNECTS.get_ptr_mut(&bpf_get_current_pid_tgid())?;
     let actor = current_actor();
     let family = sock_family(sk);
     let (daddr, dport) = sock_destination(sk, family);
@@ -118,6 +120,9 @@ pub fn syn_sent_in_connect(sk: impl Sock) {
     // earlier socket at this address whose end a skipped run missed, and
     // must not be taken for this connection's outcome (connect_settled).
     lru_remove_if_there(&INFLIGHT_CONNECTS, lru::INFLIGHT_CONNECTS, &sk.addr());
+    // SAFETY: the entry stays while this program runs (only this thread
+    // removes it, at the call's return).
+    Some(unsafe { &(*thread).connect })
 }
 
 /// syscalls/sys_exit_connect(long ret)

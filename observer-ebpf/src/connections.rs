@@ -8,7 +8,9 @@
 //! now, exact for those established while observer ran (the state changes
 //! of every TCP socket pass `inet_sock_set_state`, state.rs).
 use aya_ebpf::helpers::bpf_ktime_get_ns;
-use observer_common::{Actor, ConnectionKey, ListenerKey, OpenConnection, direction, lost, tcp_state::*};
+use observer_common::{
+    Actor, ConnectionKey, InflightConnect, ListenerKey, OpenConnection, direction, lost, tcp_state::*,
+};
 
 use crate::{
     counters::{Counted, HandshakeEnd, bump_connection_closed, bump_handshake_end, count_lost},
@@ -23,22 +25,22 @@ const BPF_NOEXIST: u64 = 1;
 
 /// The socket sent its SYN (CLOSE -> SYN_SENT, in the connecting
 /// process's context): note it, so its ESTABLISHED knows the handshake's
-/// time. With the map full it is not noted (nor counted lost: it gets its
-/// entry at ESTABLISHED if there is room then, and is counted lost there
-/// if not).
+/// time. `noted`: who connects where, as a connect() call noted it (else
+/// read here). With the map full it is not noted (nor counted lost: it
+/// gets its entry at ESTABLISHED if there is room then, and is counted
+/// lost there if not).
 #[inline(always)]
-pub fn connection_syn_sent(sk: impl Sock) {
-    let family = sock_family(sk);
-    let (addr, port) = sock_destination(sk, family);
-    let key = ConnectionKey {
-        actor: current_actor(),
-        addr,
-        family,
-        port,
-        direction: direction::OUTBOUND,
-        netns: sock_netns(sk),
-        _pad: 0,
+pub fn connection_syn_sent(sk: impl Sock, noted: Option<&InflightConnect>) {
+    let (actor, addr, family, port) = match noted {
+        Some(c) => (c.actor, c.daddr, c.family, c.dport),
+        None => {
+            let family = sock_family(sk);
+            let (addr, port) = sock_destination(sk, family);
+            (current_actor(), addr, family, port)
+        }
     };
+    let key =
+        ConnectionKey { actor, addr, family, port, direction: direction::OUTBOUND, netns: sock_netns(sk), _pad: 0 };
     let entry =
         OpenConnection { key, since: unsafe { bpf_ktime_get_ns() }, handshaking: OpenConnection::HANDSHAKING, _pad: 0 };
     note(sk, &entry, false);

@@ -59,8 +59,8 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => {
-            syn_sent_in_connect(sk);
-            connection_syn_sent(sk);
+            let noted = syn_sent_in_connect(sk);
+            connection_syn_sent(sk, noted);
         }
         (SYN_SENT, _) => {
             connect_settled(sk, new == CLOSE);

@@ -528,6 +528,34 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    tracepoint mode in the same guest, auto and kprobe 1.00 and 1.01
    (5.10), 1.08 and 1.04 (6.1), 1.10 and 1.02 (6.12): still not below
    it, within the drift.
+23. **2026-12-06, no program on `tcp_connect` (issue 16)**: the
+   preferred modes ran a program on `tcp_connect` only to count connects
+   and record the socket's owner, one run more per connection than the
+   tracepoint mode (~9% of the guests' BPF time per cycle, history 19).
+   Connects are now counted in every mode at the connect call's return
+   (for a socket that entered SYN_SENT in the call, unless the call
+   failed for want of a local port), the owner recorded at that
+   SYN_SENT, and the call hooked at `__inet_stream_connect`, which TCP
+   Fast Open's sendmsg() calls too, so its connects stay counted (a test
+   against TcpActiveOpens and TcpExtTCPFastOpenCookieReqd); an outbound
+   connection's key is taken from the call's note instead of reading
+   the process again (host, 5 A/B turns: `sock_state` 3683 -> 3553 ns per
+   cycle, medians, within this VM's noise). `--vm-cost-only`, three runs
+   (the first two before the second change, which every mode shares),
+   in units of `sock_state` runs per cycle (the guests' speed drifts by
+   more than the modes differ; BPF ns per cycle against the tracepoint
+   mode read 0.76 to 1.41 in the same runs), auto / kprobe / tracepoint,
+   medians: 5.10 16.2 / 16.3 / 16.7 (runs: 16.4/15.5/16.5,
+   15.9/16.3/16.7, 16.2/16.3/17.0); 6.1 16.2 / 15.9 / 16.2 (15.9/15.8/16.3,
+   16.7/16.4/16.0, 16.2/15.9/16.2); 6.12 17.2 / 17.3 / 17.8 (17.4/17.3/17.6,
+   16.7/16.7/17.8, 17.2/17.4/17.8). History 19 read auto 17.5, 18.1, 18.0
+   against the tracepoint mode's 16.6, 16.6, 16.2: the preferred modes
+   went from 5-11% above the tracepoint mode to level with it (6.1
+   auto) or 2-3% below, within the runs' spread of about 0.7 units.
+   What is left of their cost is the work every mode shares
+   (`sock_state`, 10 runs a cycle, ~60%), the connect and accept
+   programs (as costly as the syscall ones they replace) and the
+   overflow hooks, which only they have.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

@@ -4,10 +4,9 @@
 //! taken where connect() enters and leaves TCP's socket layer
 //! (`__inet_stream_connect`, the inside of inet_stream_connect that TCP
 //! Fast Open's sendmsg() calls too; fentry/fexit or kprobe/kretprobe),
-//! else from the
-//! connect() syscall tracepoints, which exist on every kernel but, once
-//! enabled, send every syscall of every task through the kernel's slower
-//! syscall path (BENCHMARKS.md, "the floor"). While the call runs, its
+//! else from the connect() syscall tracepoints, which exist on every
+//! kernel but, once enabled, send every syscall of every task through the
+//! kernel's slower syscall path (BENCHMARKS.md, "the floor"). While the call runs, its
 //! return value is the outcome; a connection still going on when it returns
 //! (non-blocking, interrupted) gets an in-flight entry per socket, and its
 //! outcome is `sk_err` when the socket leaves SYN_SENT (`state.rs`). So each

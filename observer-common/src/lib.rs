@@ -62,8 +62,8 @@ pub struct ProcKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcCounters {
-    /// Active opens: a SYN was sent (counted at the connect() call's
-    /// return, or at SYN_SENT outside one).
+    /// Active opens: a SYN was sent (counted at the return of the connect
+    /// call that took the socket to SYN_SENT).
     pub connects: u64,
     /// Connections handed to the process by accept().
     pub accepts: u64,

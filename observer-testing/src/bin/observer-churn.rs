@@ -169,7 +169,7 @@ fn main() {
             leader_exits,
         } => {
             let pause = spread.map(|d| d / count.max(1) as u32);
-            let nonblocking = match (nonblocking, fast_open) {
+            let opening = match (nonblocking, fast_open) {
                 (Some(wait), _) => Some(Opening::Nonblocking(Nonblocking { wait, ask_again })),
                 (None, true) => Some(Opening::FastOpen),
                 (None, false) => None,
@@ -179,7 +179,7 @@ fn main() {
                 (true, false) => Hold::UntilDone,
                 (true, true) => Hold::UntilEof,
             };
-            let run = move || connect(to, count, hold, &life, close_first, nonblocking, pause, rename);
+            let run = move || connect(to, count, hold, &life, close_first, opening, pause, rename);
             if leader_exits {
                 std::thread::spawn(run);
                 // The exit system call ends only the calling (leader) thread,

@@ -6,12 +6,12 @@
 //! Fast Open's sendmsg() calls too; fentry/fexit or kprobe/kretprobe),
 //! else from the connect() syscall tracepoints, which exist on every
 //! kernel but, once enabled, send every syscall of every task through the
-//! kernel's slower syscall path (BENCHMARKS.md, "the floor"). While the call runs, its
-//! return value is the outcome; a connection still going on when it returns
-//! (non-blocking, interrupted) gets an in-flight entry per socket, and its
-//! outcome is `sk_err` when the socket leaves SYN_SENT (`state.rs`). So each
-//! failure is counted exactly once, whether the connect() was blocking or
-//! not.
+//! kernel's slower syscall path (BENCHMARKS.md, "the floor"). While the
+//! call runs, its return value is the outcome; a connection still going
+//! on when it returns (non-blocking, interrupted) gets an in-flight entry
+//! per socket, and its outcome is `sk_err` when the socket leaves SYN_SENT
+//! (`state.rs`). So each failure is counted exactly once, whether the
+//! connect() was blocking or not.
 //!
 //! The connection is noted when the socket enters SYN_SENT inside the call
 //! (`syn_sent_in_connect`), where the socket, its destination and the

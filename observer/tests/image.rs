@@ -52,13 +52,56 @@ fn archive() -> PathBuf {
 /// podman with a storage of the test's own (vfs: no overlay needed) and
 /// runc (crun refuses hybrid cgroup hosts like this one).
 struct Podman {
-    dir: PathBuf,
+    /// The image store, under target/ (reused by the next run).
+    root: PathBuf,
+    /// Run-time state: `runroot_of(root)`.
+    runroot: PathBuf,
+}
+
+/// podman refuses a `--runroot` longer than this ("the specified runroot
+/// is longer than 50 characters").
+const PODMAN_RUNROOT_MAX: usize = 50;
+
+/// podman's run-time state (`--runroot`) for the store at `root`: not under
+/// the checkout, whose path may be of any length, but a short directory
+/// of the test's own in /run. One per store, named by a hash of its path:
+/// podman's database keeps the runroot a store was first used with and
+/// refuses another, and two checkouts must not share one.
+fn runroot_of(root: &Path) -> PathBuf {
+    // FNV-1a: stable across toolchains, unlike std's DefaultHasher.
+    let hash = root
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    PathBuf::from(format!("/run/observer-test-podman-{:08x}", hash as u32))
 }
 
 impl Podman {
+    fn new(root: PathBuf) -> Self {
+        let runroot = runroot_of(&root);
+        assert!(
+            runroot.as_os_str().len() <= PODMAN_RUNROOT_MAX,
+            "podman's runroot {} is longer than the {PODMAN_RUNROOT_MAX} characters podman takes",
+            runroot.display()
+        );
+        std::fs::create_dir_all(&runroot).unwrap_or_else(|e| panic!("mkdir {}: {e}", runroot.display()));
+        // Removed when the test binary exits (libtest ends with exit(),
+        // which runs atexit handlers): nothing of it outlives the run.
+        extern "C" fn remove_runroot() {
+            if let Some(podman) = PODMAN.get() {
+                let _ = std::fs::remove_dir_all(&podman.runroot);
+            }
+        }
+        // SAFETY: registers a function that takes no arguments and only
+        // removes a directory.
+        unsafe { nix::libc::atexit(remove_runroot) };
+        Self { root, runroot }
+    }
+
     fn cmd(&self) -> Command {
         let mut cmd = Command::new("podman");
-        cmd.arg("--root").arg(self.dir.join("root")).arg("--runroot").arg(self.dir.join("run"));
+        cmd.arg("--root").arg(&self.root).arg("--runroot").arg(&self.runroot);
         cmd.args(["--storage-driver", "vfs", "--runtime", "runc"]);
         cmd
     }
@@ -70,13 +113,15 @@ impl Podman {
     }
 }
 
+static PODMAN: OnceLock<Podman> = OnceLock::new();
+
 /// The archive loaded once per test binary, as a user loads it.
 fn podman() -> &'static Podman {
-    static PODMAN: OnceLock<Podman> = OnceLock::new();
     PODMAN.get_or_init(|| {
         // Under target/, reused by the next run (a vfs copy of the image).
-        let dir = repo().join("target/podman");
-        let podman = Podman { dir };
+        // Not target/podman/root: a store made before the runroot moved
+        // keeps the old runroot in its database, which podman would refuse.
+        let podman = Podman::new(repo().join("target/podman/images"));
         let loaded = podman.run(&["load", "-i", archive().to_str().unwrap()]);
         assert!(loaded.contains(&format!("localhost/observer:{}", env!("CARGO_PKG_VERSION"))), "{loaded}");
         podman
@@ -598,4 +643,18 @@ fn the_image_holds_the_daemon_and_nothing_else() {
     // The DaemonSet's arguments are the image's default command.
     let docs = documents(&kustomize("deploy/kubernetes"));
     assert_eq!(pod_spec(&docs)["containers"][0]["args"], config["Cmd"]);
+}
+
+/// A checkout anywhere (here 200 characters deep) gives podman a runroot
+/// it takes: the image tests once failed from any checkout deeper than
+/// ~20 characters, with the runroot under target/.
+#[test]
+fn podmans_runroot_is_short_wherever_the_checkout_is() {
+    let deep = Path::new("/home").join("a-user-with-a-long-name/".repeat(8)).join("observer/target/podman/root");
+    for root in [repo().join("target/podman/images"), deep] {
+        let runroot = runroot_of(&root);
+        assert!(runroot.as_os_str().len() <= PODMAN_RUNROOT_MAX, "{} for {}", runroot.display(), root.display());
+        assert!(!runroot.starts_with(repo()), "{}: not under the checkout", runroot.display());
+    }
+    assert_ne!(runroot_of(Path::new("/a/target/podman/root")), runroot_of(Path::new("/b/target/podman/root")));
 }

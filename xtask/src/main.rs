@@ -7,6 +7,7 @@ mod image;
 mod run;
 mod setup;
 mod test;
+mod timing;
 mod toolchain;
 mod vm;
 

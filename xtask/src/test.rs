@@ -7,14 +7,22 @@ use std::process::Command;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::{build, image, run_cmd, setup, vm, workspace_root};
+use crate::{
+    build, image, setup,
+    timing::{self, Timings},
+    vm, workspace_root,
+};
 
 #[derive(Args)]
 pub struct Options {
+    /// The inner loop: the host suite and the kernel matrix's newest kernel
+    /// in `auto` mode only (`--vm-kernels 6.12 --vm-modes auto`), ~10
+    /// minutes less than everything; CI runs everything.
+    #[arg(long, conflicts_with_all = ["host_only", "vm_kernels", "vm_modes"])]
+    pub quick: bool,
     /// Skip the kernel matrix (the kernel tests inside VMs of stock Debian
     /// kernels 5.10, 6.1 and 6.12, in auto mode and, on 5.10 and 6.12, in
-    /// kprobe mode; ~25 minutes under software emulation): a quick run on
-    /// this kernel only.
+    /// kprobe mode): a run on this kernel only.
     #[arg(long, conflicts_with = "vm_only")]
     pub host_only: bool,
     /// Run only the kernel matrix.
@@ -26,6 +34,10 @@ pub struct Options {
     /// Matrix: only these kernel series (e.g. `--vm-kernels 6.12`).
     #[arg(long, value_delimiter = ',')]
     pub vm_kernels: Vec<String>,
+    /// Matrix: only these attach modes of each kernel's (e.g. `--vm-modes
+    /// kprobe`); the first one left also runs the tests run in one mode only.
+    #[arg(long, value_delimiter = ',')]
+    pub vm_modes: Vec<String>,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -35,33 +47,48 @@ pub fn run(opts: &Options) -> Result<()> {
     if !setup::nix_is_root() {
         bail!("the kernel tests load eBPF programs and create network namespaces: run `cargo xtask test` as root");
     }
-    let nightly = setup::run()?;
+    let mut timings = Timings::default();
+    let result = run_timed(opts, &mut timings);
+    // Printed whatever failed: the time is spent either way.
+    print!("{}", timings.table());
+    result
+}
+
+fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
+    let nightly = timings.phase("setup", |_| setup::run())?;
     // The kernel tests run the churn generator, a binary of another crate:
     // built first, and named to them.
-    let churn = build::churn(false)?;
+    let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
     if opts.vm_only {
-        return matrix(&nightly.name, opts);
+        return matrix(&nightly.name, opts, timings);
     }
     // tests/image.rs runs the image as the DaemonSet does: built here as a
     // user builds it.
-    let image = image::run(&image::Options { rootfs: None })?;
-    let host = run_cmd(
-        cargo_test(&nightly.name)
-            .arg("--no-fail-fast")
-            .args(&opts.args)
-            .env("OBSERVER_CHURN", &churn)
-            .env("OBSERVER_IMAGE", &image)
-            // The tests that scrape observer with a real Prometheus server.
-            .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
-            .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
-            // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
-            .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
-            .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),
-    );
+    let image = timings.phase("build: the release image", |_| image::run(&image::Options { rootfs: None }))?;
+    let host = timings.phase("host: build and run the test binaries", |timings| {
+        let (ok, times) = timing::cargo_test(
+            cargo_test(&nightly.name)
+                .arg("--no-fail-fast")
+                .args(&opts.args)
+                .env("OBSERVER_CHURN", &churn)
+                .env("OBSERVER_IMAGE", &image)
+                // The tests that scrape observer with a real Prometheus server.
+                .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
+                .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
+                // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
+                .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
+                .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),
+        )?;
+        timings.binaries.extend(times);
+        if !ok {
+            bail!("the host suite failed (each failed binary is marked F or D in the table below)");
+        }
+        Ok(())
+    });
     if opts.host_only {
         return host;
     }
-    let matrix = matrix(&nightly.name, opts);
+    let matrix = matrix(&nightly.name, opts, timings);
     host.and(matrix)
 }
 
@@ -80,18 +107,36 @@ pub fn cargo_test(nightly: &str) -> Command {
     cmd
 }
 
+/// The kernel series `--quick` runs, in its first mode: the newest.
+const QUICK_KERNEL: &str = "6.12";
+
 /// Run the kernel tests on every kernel of the matrix; print the report and
 /// keep it in target/vm/report.txt.
-fn matrix(nightly: &str, opts: &Options) -> Result<()> {
-    let kernels = vm::setup(&opts.vm_kernels)?;
-    let bins = vm::guest_binaries(nightly, &opts.vm_tests)?;
+fn matrix(nightly: &str, opts: &Options, timings: &mut Timings) -> Result<()> {
+    let (only_kernels, only_modes) = if opts.quick {
+        (vec![QUICK_KERNEL.to_string()], vec!["auto".to_string()])
+    } else {
+        (opts.vm_kernels.clone(), opts.vm_modes.clone())
+    };
+    let mut kernels = timings.phase("matrix: set up qemu, virtme-ng and the kernels", |_| vm::setup(&only_kernels))?;
+    for kernel in &mut kernels {
+        kernel.modes.retain(|mode| only_modes.is_empty() || only_modes.iter().any(|m| m == mode));
+    }
+    kernels.retain(|kernel| !kernel.modes.is_empty());
+    anyhow::ensure!(!kernels.is_empty(), "no kernel of the matrix has the modes {}", only_modes.join(", "));
+    let bins = timings
+        .phase("matrix: build and copy the guest's binaries", |_| vm::guest_binaries(nightly, &opts.vm_tests))?;
     let mut report = String::new();
     let mut all_ok = true;
     for kernel in &kernels {
-        let (summary, ok) = vm::run_kernel(kernel, &bins)?;
-        print!("{summary}");
-        report.push_str(&summary);
-        all_ok &= ok;
+        let run = timings
+            .phase(&format!("matrix: the {} guest ({})", kernel.series, kernel.modes.join(", ")), |_| {
+                vm::run_kernel(kernel, &bins)
+            })?;
+        print!("{}", run.summary);
+        report.push_str(&run.summary);
+        timings.binaries.extend(run.times);
+        all_ok &= run.ok;
     }
     std::fs::write(workspace_root().join("target/vm/report.txt"), &report)?;
     let (passed, failed) = count_results(&report);

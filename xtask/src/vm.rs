@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{run_cmd, setup, workspace_root};
+use crate::{run_cmd, setup, timing::BinaryTime, workspace_root};
 
 mod kernel_fault;
 
@@ -139,8 +139,9 @@ pub struct Kernel {
     pub series: &'static str,
     pub version: String,
     pub vmlinuz: PathBuf,
-    /// The attach modes the kernel tests run in there (`Series::modes`).
-    pub modes: &'static [&'static str],
+    /// The attach modes the kernel tests run in there (`Series::modes`,
+    /// or those of them a run asked for).
+    pub modes: Vec<&'static str>,
 }
 
 /// Install qemu, virtme-ng and the kernels (those of the series in `only`,
@@ -217,7 +218,7 @@ fn fetch_kernel(&Series { name: series, prefix, suffix, archive, modes }: &Serie
         let _ = fs::remove_file(&modules);
         std::os::unix::fs::symlink(&ours, &modules).with_context(|| format!("cannot link {}", modules.display()))?;
     }
-    Ok(Kernel { series, vmlinuz: root.join(format!("boot/vmlinuz-{version}")), version, modes })
+    Ok(Kernel { series, vmlinuz: root.join(format!("boot/vmlinuz-{version}")), version, modes: modes.to_vec() })
 }
 
 /// The newest `prefix<N...>suffix` package apt knows (with `options`).
@@ -316,10 +317,11 @@ struct Run<'a> {
 /// every test still runs to its end on that kernel, once, and the report
 /// says the first boot failed, with the kernel's own words. A second
 /// failure, or any failed test, fails the kernel.
-pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool)> {
-    let runs = runs_of(kernel.modes, &bins.tests);
+pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<KernelRun> {
+    let runs = runs_of(&kernel.modes, &bins.tests);
     let first = boot_for(kernel, bins, &runs, "")?;
-    let Some(fault) = &first.fault else { return Ok((first.summary, first.ok)) };
+    let mut times = binary_times(kernel.series, &first.report);
+    let Some(fault) = &first.fault else { return Ok(KernelRun { summary: first.summary, ok: first.ok, times }) };
     let (rest, failed_before) = not_run(&runs, &first.report);
     let mut summary = format!(
         "{}MATRIX kernel-failed kernel={}: the guest was stopped; {} runs had not ended. The kernel's report:\n{fault}\n",
@@ -328,23 +330,32 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<(String, bool
         rest.len()
     );
     if rest.is_empty() {
-        return Ok((summary, !failed_before));
+        return Ok(KernelRun { summary, ok: !failed_before, times });
     }
     println!("vm: booting {} again for the {} runs that had not ended", kernel.version, rest.len());
     let second = boot_for(kernel, bins, &rest, "-again")?;
     summary.push_str(&second.summary);
-    Ok((summary, !failed_before && second.ok))
+    times.extend(binary_times(kernel.series, &second.report));
+    Ok(KernelRun { summary, ok: !failed_before && second.ok, times })
+}
+
+/// What the matrix ran on one kernel: its report, whether every test
+/// passed, and each test binary's wall time.
+pub struct KernelRun {
+    pub summary: String,
+    pub ok: bool,
+    pub times: Vec<BinaryTime>,
 }
 
 /// Each test binary in each of `modes`, but those of FIRST_MODE_ONLY_TESTS
 /// in the first only.
-fn runs_of<'a>(modes: &'static [&'static str], tests: &'a [(String, PathBuf)]) -> Vec<Run<'a>> {
+fn runs_of<'a>(modes: &[&'static str], tests: &'a [(String, PathBuf)]) -> Vec<Run<'a>> {
     modes
         .iter()
-        .flat_map(|mode| {
+        .flat_map(|&mode| {
             tests
                 .iter()
-                .filter(move |(name, _)| *mode == modes[0] || !FIRST_MODE_ONLY_TESTS.contains(&name.as_str()))
+                .filter(move |(name, _)| mode == modes[0] || !FIRST_MODE_ONLY_TESTS.contains(&name.as_str()))
                 .map(move |(name, bin)| Run { mode, name, bin })
         })
         .collect()
@@ -371,6 +382,31 @@ fn test_result(line: &str) -> Option<(&str, &str, bool)> {
     let mut words = line.strip_prefix("MATRIX test mode=")?.split_whitespace();
     let (mode, name, rc) = (words.next()?, words.next()?, words.next()?);
     Some((mode, name, rc == "rc=0"))
+}
+
+/// Each test binary's wall time in a guest of `series`, from its report's
+/// `MATRIX test mode=M NAME rc=N secs=S [test result: ...] [retried ...]`
+/// lines (its retry included).
+fn binary_times(series: &str, report: &[String]) -> Vec<BinaryTime> {
+    report
+        .iter()
+        .filter_map(|line| {
+            let (mode, name, passed) = test_result(line)?;
+            let secs = line.split_whitespace().find_map(|w| w.strip_prefix("secs="))?.parse().ok()?;
+            let outcome = match (passed, line.contains("retried after")) {
+                (true, false) => "ok",
+                (true, true) => "retried",
+                (false, _) if line.contains("test result") => "FAILED",
+                (false, _) => "died",
+            };
+            Some(BinaryTime {
+                place: format!("{series}/{mode}"),
+                binary: name.to_string(),
+                wall: Duration::from_secs(secs),
+                outcome,
+            })
+        })
+        .collect()
 }
 
 /// What one boot of a guest left: its summary for the report, the lines
@@ -432,14 +468,14 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
             // The VM kernels have the netem qdisc this host's lacks: the
             // tests that need it must run there (OBSERVER_TEST_NETEM).
             s.push_str(&format!(
-                "log=$out/{name}-{mode}.log; retried=\n\
+                "log=$out/{name}-{mode}.log; retried=; t0=$(date +%s)\n\
                  {env} {bin} {args} >$log 2>&1; rc=$?\n\
                  if [ $rc != 0 ] && grep -qE 'OBSERVER_KERNEL_MISSED=[1-9]|OBSERVER_KERNEL_SKIPS_UNCOUNTED' $log; then\n\
                    mv $log $log.first; retried=\"retried after kernel-skipped runs: $(grep -oE 'OBSERVER_KERNEL_MISSED=[1-9].*|OBSERVER_KERNEL_SKIPS_UNCOUNTED.*' $log.first | head -1)\"\n\
                    {env} {bin} {args} >$log 2>&1; rc=$?\n\
                    grep -A 8 panicked $log.first | head -20 | sed 's/^/MATRIX first run: /'\n\
                  fi\n\
-                 echo \"MATRIX test mode={mode} {name} rc=$rc $(grep '^test result' $log | tail -1) $retried\"\n\
+                 echo \"MATRIX test mode={mode} {name} rc=$rc secs=$(( $(date +%s) - t0 )) $(grep '^test result' $log | tail -1) $retried\"\n\
                  [ $rc = 0 ] || {{ fail=1; grep -A 60 -E 'panicked|OBSERVER_KERNEL_MISSED|OBSERVER_KERNEL_SKIPS_UNCOUNTED' $log | head -150; }}\n",
                 bin = bin.display(),
                 env = format!(
@@ -653,6 +689,31 @@ mod tests {
         assert_eq!(named(&rest), named(&runs[1..]));
         let (_, failed) = not_run(&runs, &report(&["MATRIX attach-failed mode=auto"]));
         assert!(failed);
+    }
+
+    #[test]
+    fn each_binarys_time_and_outcome_come_from_its_report_line() {
+        let report: Vec<String> = [
+            "MATRIX mode=auto kernel=6.12.1",
+            "MATRIX test mode=auto time_wait rc=0 secs=42 test result: ok. 5 passed; 0 failed;",
+            "MATRIX test mode=kprobe trace rc=0 secs=90 test result: ok. 9 passed; retried after kernel-skipped runs: X",
+            "MATRIX test mode=kprobe scanner rc=101 secs=7 test result: FAILED. 0 passed; 1 failed;",
+            "MATRIX test mode=kprobe connections rc=139 secs=3 ",
+        ]
+        .map(String::from)
+        .to_vec();
+        let got: Vec<(String, String, u64, &str)> = binary_times("6.12", &report)
+            .into_iter()
+            .map(|t| (t.place, t.binary, t.wall.as_secs(), t.outcome))
+            .collect();
+        let want = [
+            ("6.12/auto", "time_wait", 42, "ok"),
+            ("6.12/kprobe", "trace", 90, "retried"),
+            ("6.12/kprobe", "scanner", 7, "FAILED"),
+            ("6.12/kprobe", "connections", 3, "died"),
+        ]
+        .map(|(p, b, s, o)| (p.to_string(), b.to_string(), s, o));
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! machine's kernel and then in the kernel matrix (stock kernels in VMs,
 //! preferred attach modes). They load real eBPF programs and create network
 //! namespaces, so they need root; they never skip.
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -38,6 +38,9 @@ pub struct Options {
     /// kprobe`); the first one left also runs the tests run in one mode only.
     #[arg(long, value_delimiter = ',')]
     pub vm_modes: Vec<String>,
+    /// Matrix: how many guests run at once.
+    #[arg(long, default_value_t = 1)]
+    pub vm_guests_at_once: usize,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -59,18 +62,49 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
     // The kernel tests run the churn generator, a binary of another crate:
     // built first, and named to them.
     let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
-    if opts.vm_only {
-        return matrix(&nightly.name, opts, timings);
+    if opts.host_only {
+        return host(&nightly.name, &churn, opts, timings);
     }
-    // tests/image.rs runs the image as the DaemonSet does: built here as a
-    // user builds it.
+    // The test binaries, which the host suite runs too (built once: the
+    // same command, the same features).
+    let bins = timings.phase("build: the test binaries (the guests' copy taken)", |_| {
+        vm::guest_binaries(&nightly.name, &opts.vm_tests)
+    })?;
+    if opts.vm_only {
+        let matrix = matrix(opts, &bins, timings);
+        print!("{}", matrix.report);
+        return matrix.result;
+    }
+    // The guests start now, and the release image and the host suite run
+    // beside them: a guest under software emulation keeps the host's cores
+    // busy, but the host suite mostly waits (on rounds, on the kernel's
+    // counts), so the two together take little more than the matrix alone.
+    // The host suite's kernel tests cannot see the guests' traffic (their
+    // own kernels), nor the guests theirs.
+    std::thread::scope(|scope| {
+        let guests = scope.spawn(|| {
+            let mut beside = Timings::default();
+            let matrix = matrix(opts, &bins, &mut beside);
+            (matrix, beside)
+        });
+        let host = host(&nightly.name, &churn, opts, timings);
+        let (matrix, beside) = guests.join().expect("the kernel matrix's thread panicked");
+        print!("{}", matrix.report);
+        timings.add_beside(beside);
+        host.and(matrix.result)
+    })
+}
+
+/// The release image (tests/image.rs runs it as the DaemonSet does: built
+/// here as a user builds it) and the test suite on this machine's kernel.
+fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> Result<()> {
     let image = timings.phase("build: the release image", |_| image::run(&image::Options { rootfs: None }))?;
-    let host = timings.phase("host: build and run the test binaries", |timings| {
+    timings.phase("host: the test suite", |timings| {
         let (ok, times) = timing::cargo_test(
-            cargo_test(&nightly.name)
+            cargo_test(nightly)
                 .arg("--no-fail-fast")
                 .args(&opts.args)
-                .env("OBSERVER_CHURN", &churn)
+                .env("OBSERVER_CHURN", churn)
                 .env("OBSERVER_IMAGE", &image)
                 // The tests that scrape observer with a real Prometheus server.
                 .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
@@ -84,12 +118,7 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
             bail!("the host suite failed (each failed binary is marked F or D in the table below)");
         }
         Ok(())
-    });
-    if opts.host_only {
-        return host;
-    }
-    let matrix = matrix(&nightly.name, opts, timings);
-    host.and(matrix)
+    })
 }
 
 /// `cargo test` as every part of the suite builds it. The matrix snapshots
@@ -110,9 +139,26 @@ pub fn cargo_test(nightly: &str) -> Command {
 /// The kernel series `--quick` runs, in its first mode: the newest.
 const QUICK_KERNEL: &str = "6.12";
 
-/// Run the kernel tests on every kernel of the matrix; print the report and
-/// keep it in target/vm/report.txt.
-fn matrix(nightly: &str, opts: &Options, timings: &mut Timings) -> Result<()> {
+/// What the matrix did: its report (kept in target/vm/report.txt) and
+/// whether every guest passed.
+struct Matrix {
+    report: String,
+    result: Result<()>,
+}
+
+/// Run the kernel tests on every kernel of the matrix (those `opts` names).
+fn matrix(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings) -> Matrix {
+    let mut report = String::new();
+    let result = guests(opts, bins, timings, &mut report);
+    let (passed, failed) = count_results(&report);
+    report.push_str(&format!("matrix: {passed} passed, {failed} failed\n"));
+    if let Err(e) = std::fs::write(vm::vm_dir().join("report.txt"), &report) {
+        eprintln!("cannot keep the matrix's report in target/vm/report.txt: {e}");
+    }
+    Matrix { report, result }
+}
+
+fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, report: &mut String) -> Result<()> {
     let (only_kernels, only_modes) = if opts.quick {
         (vec![QUICK_KERNEL.to_string()], vec!["auto".to_string()])
     } else {
@@ -124,23 +170,37 @@ fn matrix(nightly: &str, opts: &Options, timings: &mut Timings) -> Result<()> {
     }
     kernels.retain(|kernel| !kernel.modes.is_empty());
     anyhow::ensure!(!kernels.is_empty(), "no kernel of the matrix has the modes {}", only_modes.join(", "));
-    let bins = timings
-        .phase("matrix: build and copy the guest's binaries", |_| vm::guest_binaries(nightly, &opts.vm_tests))?;
-    let mut report = String::new();
+    // Guests `--vm-guests-at-once` at a time, each on a thread of its own;
+    // their reports in the matrix's order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let runs: Vec<(usize, String, std::time::Duration, Result<vm::KernelRun>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..opts.vm_guests_at_once.max(1))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(kernel) = kernels.get(i) else { return done };
+                        let started = std::time::Instant::now();
+                        let run = vm::run_kernel(kernel, bins);
+                        let name = format!("matrix: the {} guest ({})", kernel.series, kernel.modes.join(", "));
+                        done.push((i, name, started.elapsed(), run));
+                    }
+                })
+            })
+            .collect();
+        let mut runs: Vec<_> = workers.into_iter().flat_map(|w| w.join().expect("a guest's thread panicked")).collect();
+        runs.sort_by_key(|(i, ..)| *i);
+        runs
+    });
     let mut all_ok = true;
-    for kernel in &kernels {
-        let run = timings
-            .phase(&format!("matrix: the {} guest ({})", kernel.series, kernel.modes.join(", ")), |_| {
-                vm::run_kernel(kernel, &bins)
-            })?;
-        print!("{}", run.summary);
+    for (_, name, wall, run) in runs {
+        timings.phases.push((name, wall));
+        let run = run?;
         report.push_str(&run.summary);
         timings.binaries.extend(run.times);
         all_ok &= run.ok;
     }
-    std::fs::write(workspace_root().join("target/vm/report.txt"), &report)?;
-    let (passed, failed) = count_results(&report);
-    println!("matrix: {passed} passed, {failed} failed");
     if !all_ok {
         bail!("the kernel matrix failed (consoles in target/vm/console-*.log)");
     }

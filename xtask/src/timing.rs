@@ -30,13 +30,28 @@ pub struct BinaryTime {
 }
 
 /// The phases and binaries of one `cargo xtask test`, in the order run.
-#[derive(Default)]
 pub struct Timings {
+    started: Instant,
     pub phases: Vec<(String, Duration)>,
+    /// Phases that ran beside those (the kernel matrix's, beside the host
+    /// suite's).
+    pub beside: Vec<(String, Duration)>,
     pub binaries: Vec<BinaryTime>,
 }
 
+impl Default for Timings {
+    fn default() -> Self {
+        Self { started: Instant::now(), phases: Vec::new(), beside: Vec::new(), binaries: Vec::new() }
+    }
+}
+
 impl Timings {
+    /// Take in the phases and binaries of `other`, which ran beside ours.
+    pub fn add_beside(&mut self, other: Timings) {
+        self.beside.extend(other.phases);
+        self.binaries.extend(other.binaries);
+    }
+
     /// Run `phase` and note how long it took, whether or not it failed.
     pub fn phase<T>(&mut self, name: &str, phase: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let started = Instant::now();
@@ -49,11 +64,16 @@ impl Timings {
     /// place it ran in.
     pub fn table(&self) -> String {
         let mut s = String::from("\n== where the time went\n");
-        let total: Duration = self.phases.iter().map(|(_, d)| *d).sum();
         for (name, wall) in &self.phases {
-            let _ = writeln!(s, "{name:<44} {:>7}", secs(*wall));
+            let _ = writeln!(s, "{name:<52} {:>7}", secs(*wall));
         }
-        let _ = writeln!(s, "{:<44} {:>7}", "total", secs(total));
+        if !self.beside.is_empty() {
+            s.push_str("beside those, from the test binaries' build on:\n");
+            for (name, wall) in &self.beside {
+                let _ = writeln!(s, "  {name:<50} {:>7}", secs(*wall));
+            }
+        }
+        let _ = writeln!(s, "{:<52} {:>7}", "total (wall time)", secs(self.started.elapsed()));
         if self.binaries.is_empty() {
             return s;
         }
@@ -221,13 +241,16 @@ mod tests {
         };
         let timings = Timings {
             phases: vec![("build".to_string(), Duration::from_secs(60))],
+            beside: vec![("matrix: the 6.12 guest".to_string(), Duration::from_secs(250))],
             binaries: vec![
                 t("host", "time_wait", 20, "ok"),
                 t("6.12/auto", "time_wait", 200, "ok"),
                 t("6.12/auto", "trace", 50, "retried"),
             ],
+            ..Timings::default()
         };
         let table = timings.table();
+        assert!(table.contains("  matrix: the 6.12 guest") && table.contains("total (wall time)"), "{table}");
         assert!(table.contains("host") && table.contains("6.12/auto"), "{table}");
         assert!(table.contains("200 s!"), "{table}");
         assert!(table.contains("50 s r"), "{table}");

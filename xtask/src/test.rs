@@ -38,8 +38,11 @@ pub struct Options {
     /// kprobe`); the first one left also runs the tests run in one mode only.
     #[arg(long, value_delimiter = ',')]
     pub vm_modes: Vec<String>,
-    /// Matrix: how many guests run at once.
-    #[arg(long, default_value_t = 1)]
+    /// Matrix: how many guests run at once. Two: a guest under software
+    /// emulation uses about one of this machine's two cores on average (its
+    /// tests mostly wait), and two at once took 28% less time than one
+    /// after the other (each ~1.45 times as long).
+    #[arg(long, default_value_t = 2)]
     pub vm_guests_at_once: usize,
     /// Extra arguments for `cargo test` (after `--`), e.g. `-- time_wait`.
     #[arg(last = true)]

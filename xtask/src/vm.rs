@@ -570,8 +570,10 @@ pub fn boot(kernel: &Kernel, script: &Path, rw_dir: &Path, timeout_secs: u32) ->
     let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
     // `timeout` runs vng in a process group of its own and, on the
     // deadline or on our SIGTERM, signals the whole group (qemu too).
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=30", &timeout_secs.to_string()])
+    // Niced: the guests run beside the host suite, whose tests keep to
+    // time where the guests' (slow under emulation anyway) have slack.
+    let mut child = Command::new("nice")
+        .args(["-n", "10", "timeout", "--kill-after=30", &timeout_secs.to_string()])
         .arg(venv_bin.join("vng"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,6 +1,9 @@
 //! Connections open now, established and closed by lifetime, per process
 //! and far end, against `ss` (the sockets in ESTABLISHED, and who holds
-//! them) and the times the client held each connection.
+//! them) and the times the client held each connection. Each test loads
+//! its own probes (`Observer::start_own`): what a load finds at its start
+//! (older connections), its ledger's checks and the updates it lost are
+//! that load's.
 mod common;
 
 use common::{INBOUND, OUTBOUND, Observer, collect_until};
@@ -33,7 +36,7 @@ fn ledger_check_alone() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
     let _alone = ledger_check_alone();
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let ns = Netns::new();
     let to = format!("127.0.0.1:{PORT}");
     let listen = to.clone();
@@ -131,7 +134,7 @@ fn a_storm_of_held_connections_is_open_per_process_destination_and_listener() {
 fn a_storm_at_the_default_backlog_is_exact_or_what_it_misses_is_counted() {
     let _alone = ledger_check_alone();
     const STORM_PORT: u16 = 5436;
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let ns = Netns::new();
     let to = format!("127.0.0.1:{STORM_PORT}");
     let server = ns.serve_with_open_files_limit(NOFILE, &["--listen", &to, "--hold"]);
@@ -228,7 +231,7 @@ fn a_connection_the_ledger_missed_is_counted_as_unseen() {
 /// each lands in the lifetime bucket of its time, on both sides.
 #[test]
 fn lifetimes_land_in_the_bucket_of_the_time_held() {
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let ns = Netns::new();
     let to = format!("127.0.0.1:{PORT}");
     let server = ns.serve(&["--listen", &to]);
@@ -274,7 +277,7 @@ fn connections_older_than_observer_count_open_and_their_ends_close_them() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let new = ns.client_holding(&["--to", &to, "--count", "10"]);
     collect_until(&mut obs, |o| o.open_connections(new.pid(), OUTBOUND, PORT) >= 10);
     let old_pid = old.pid();
@@ -429,7 +432,7 @@ fn a_namespace_the_start_up_pass_cannot_read_in_time_leaves_out_only_itself_and_
 /// TcpExtTCPSynRetrans.
 #[test]
 fn handshakes_land_in_the_bucket_of_their_delay() {
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let ns = Netns::new();
     let (slow, fast) = (7300u16, 7301u16);
     let _slow_server = ns.serve(&["--listen", &format!("127.0.0.1:{slow}")]);
@@ -499,7 +502,7 @@ fn a_40_ms_delay_puts_handshakes_in_its_bucket() {
         let _ = std::io::Write::write_all(&mut std::io::stderr(), note.as_bytes());
         return;
     }
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let port = 7320u16;
     let _server = ns.serve(&["--listen", &format!("127.0.0.1:{port}")]);
     let client = ns.client(&["--to", &format!("127.0.0.1:{port}"), "--count", "3"]);
@@ -522,7 +525,7 @@ fn a_40_ms_delay_puts_handshakes_in_its_bucket() {
 #[test]
 fn handshake_retransmits_are_the_kernels_on_both_sides() {
     const ETIMEDOUT: u32 = 110;
-    let mut obs = Observer::start();
+    let mut obs = Observer::start_own();
     let ns = Netns::new();
     ns.sysctl("net.ipv4.tcp_syn_retries", "1");
     let (lossy, dropped) = (7310u16, 7311u16);

@@ -101,8 +101,7 @@ fn fast_open_connects_are_counted_where_tcps_connect_is_hooked() {
     assert_eq!(after[1] - before[1], 4, "each a Fast Open SYN: {}", ns.nstat_report());
 
     let refused_at: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let hook =
-        obs.probes.attachments.iter().find(|a| a.hook == "inet_stream_connect").expect("always attached").clone();
+    let hook = obs.attachments().into_iter().find(|a| a.hook == "inet_stream_connect").expect("always attached");
     if hook.mode == observer::probes::Mode::Tracepoint {
         // A round after the kernel's counts: anything counted is in.
         obs.collect();

@@ -198,6 +198,10 @@ fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, repor
     });
     let mut all_ok = true;
     for (_, name, wall, run) in runs {
+        let name = match &run {
+            Ok(run) if run.kernel_failed => format!("{name}, its kernel failed once: booted again"),
+            _ => name,
+        };
         timings.phases.push((name, wall));
         let run = run?;
         report.push_str(&run.summary);

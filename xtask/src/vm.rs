@@ -321,7 +321,9 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<KernelRun> {
     let runs = runs_of(&kernel.modes, &bins.tests);
     let first = boot_for(kernel, bins, &runs, "")?;
     let mut times = binary_times(kernel.series, &first.report);
-    let Some(fault) = &first.fault else { return Ok(KernelRun { summary: first.summary, ok: first.ok, times }) };
+    let Some(fault) = &first.fault else {
+        return Ok(KernelRun { summary: first.summary, ok: first.ok, times, kernel_failed: false });
+    };
     let (rest, failed_before) = not_run(&runs, &first.report);
     let mut summary = format!(
         "{}MATRIX kernel-failed kernel={}: the guest was stopped; {} runs had not ended. The kernel's report:\n{fault}\n",
@@ -330,13 +332,13 @@ pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<KernelRun> {
         rest.len()
     );
     if rest.is_empty() {
-        return Ok(KernelRun { summary, ok: !failed_before, times });
+        return Ok(KernelRun { summary, ok: !failed_before, times, kernel_failed: true });
     }
     println!("vm: booting {} again for the {} runs that had not ended", kernel.version, rest.len());
     let second = boot_for(kernel, bins, &rest, "-again")?;
     summary.push_str(&second.summary);
     times.extend(binary_times(kernel.series, &second.report));
-    Ok(KernelRun { summary, ok: !failed_before && second.ok, times })
+    Ok(KernelRun { summary, ok: !failed_before && second.ok, times, kernel_failed: true })
 }
 
 /// What the matrix ran on one kernel: its report, whether every test
@@ -345,6 +347,9 @@ pub struct KernelRun {
     pub summary: String,
     pub ok: bool,
     pub times: Vec<BinaryTime>,
+    /// Its kernel failed in the first boot (an oops, a lockup: under
+    /// emulation, at a patched kernel site), so it was booted again.
+    pub kernel_failed: bool,
 }
 
 /// Each test binary in each of `modes`, but those of FIRST_MODE_ONLY_TESTS

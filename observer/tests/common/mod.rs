@@ -50,23 +50,29 @@ pub fn tool(var: &str, program: &str) -> std::path::PathBuf {
 use std::{
     collections::HashMap,
     process::{Command, Stdio},
+    sync::{Arc, Mutex, MutexGuard, Weak},
     time::{Duration, Instant},
 };
 
 use observer::{
-    collect::{DropReason, ListenerDrops},
+    collect::{Deltas, DropReason, ListenerDrops},
     config::RunConfig,
-    probes::{AttachMode, Probes},
+    probes::{AttachMode, Attachment, Probes},
     round::Rounds,
 };
-use observer_common::{ConnectErrorKey, ConnectionCounts, ConnectionKey, ProcCounters, direction};
+use observer_common::{ConnectErrorKey, ConnectionCounts, ConnectionKey, ProcCounters, ProcKey, direction};
 
 /// observer's probes, loaded and attached for real, and everything they
-/// counted since, summed over rounds: the daemon's own rounds (node sweep,
-/// kernel maps, series), with a grace of an hour.
+/// counted since this observer started, summed over rounds: the daemon's
+/// own rounds (node sweep, kernel maps, series), with a grace of an hour.
+///
+/// `start` reads the test binary's one shared load (`Shared`); `start_own`
+/// loads the programs for this observer alone, for a test about what a
+/// start finds (sockets, listeners older than observer), one that changes
+/// what every load would see (a failpoint, lost updates), or one whose
+/// rounds must be its own (none between two of its steps).
 pub struct Observer {
-    pub probes: Probes,
-    rounds: Rounds,
+    source: Source,
     procs: HashMap<(u32, u16), ProcCounters>,
     errors: HashMap<ConnectErrorKey, u64>,
     drops: Vec<ListenerDrops>,
@@ -82,6 +88,100 @@ pub struct Observer {
     pub connection_checks: HashMap<u32, u64>,
 }
 
+enum Source {
+    Own {
+        probes: Probes,
+        rounds: Rounds,
+    },
+    /// The shared load: the rounds run since this observer started come
+    /// through its inbox; `since` holds the cumulative counts as of then.
+    Shared {
+        inbox: Arc<Mutex<Vec<Seen>>>,
+        since: Seen,
+    },
+}
+
+/// What a round told: the parts of its deltas the tests read.
+#[derive(Clone, Default)]
+struct Seen {
+    procs: Vec<(ProcKey, ProcCounters)>,
+    connect_errors: Vec<(ConnectErrorKey, u64)>,
+    listen_drops: Vec<ListenerDrops>,
+    connections: Vec<(ConnectionKey, ConnectionCounts)>,
+    open_connections: Vec<(ConnectionKey, u64)>,
+    lost: Vec<u64>,
+    unseen_connections: u64,
+    connection_checks: HashMap<u32, u64>,
+}
+
+impl From<Deltas> for Seen {
+    fn from(d: Deltas) -> Self {
+        Self {
+            procs: d.procs,
+            connect_errors: d.connect_errors,
+            listen_drops: d.listen_drops,
+            connections: d.connections,
+            open_connections: d.open_connections,
+            lost: d.lost.to_vec(),
+            unseen_connections: d.unseen_connections,
+            connection_checks: d.connection_checks,
+        }
+    }
+}
+
+/// The test binary's probes, loaded once and read by every `Observer::start`
+/// of its tests, as one daemon's serve every process on a node: each round
+/// any of them runs goes to all. A load costs a test ~4 s under the kernel
+/// matrix's software emulation (the kernel's BTF read and parsed, the
+/// programs verified and attached, then detached), where most tests take
+/// less than that themselves. Each test reads its own processes' counts,
+/// so tests side by side (the host's test threads) do not see each other's.
+struct Shared {
+    probes: Probes,
+    rounds: Rounds,
+    inboxes: Vec<Weak<Mutex<Vec<Seen>>>>,
+}
+
+static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+
+/// The shared load, made by the first test that asks. A test that fails
+/// while holding it poisons the lock; the next ones read on (what a failed
+/// test left is its own processes' counts).
+fn shared() -> MutexGuard<'static, Option<Shared>> {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.is_none() {
+        let (probes, rounds) = load();
+        *shared = Some(Shared { probes, rounds, inboxes: Vec::new() });
+    }
+    shared
+}
+
+impl Shared {
+    /// Run a round and hand what it saw to every observer still reading.
+    fn round(&mut self) -> Seen {
+        let seen = Seen::from(self.rounds.run(Instant::now()).unwrap().deltas);
+        self.inboxes.retain(|inbox| match inbox.upgrade() {
+            Some(inbox) => {
+                inbox.lock().unwrap_or_else(|e| e.into_inner()).push(seen.clone());
+                true
+            }
+            None => false,
+        });
+        seen
+    }
+}
+
+/// Load and attach the programs in the test's mode, and run the first round
+/// (it sets the listener baseline, as the daemon's does).
+fn load() -> (Probes, Rounds) {
+    let (probes, maps) =
+        Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {}", observer::error::report(&e)));
+    let config = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() };
+    let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), &config);
+    rounds.run(Instant::now()).unwrap();
+    (probes, rounds)
+}
+
 /// The attach mode of the kernel tests: `auto`, or the one the kernel
 /// matrix (`cargo xtask test --vm`) forces through OBSERVER_TEST_ATTACH_MODE,
 /// so every counting test runs in every mode.
@@ -94,16 +194,26 @@ pub fn test_mode() -> AttachMode {
 }
 
 impl Observer {
+    /// An observer of the test binary's shared load, counting from now:
+    /// a round is run first, so what came before is not this test's.
     pub fn start() -> Self {
-        let (probes, maps) =
-            Probes::load(test_mode()).unwrap_or_else(|e| panic!("loading probes: {}", observer::error::report(&e)));
-        let config = RunConfig { grace: Duration::from_secs(3600), ..RunConfig::default() };
-        let mut rounds = Rounds::new(maps, probes.attachments.clone(), probes.programs.clone(), &config);
-        // The first round sets the listener baseline, as the daemon's does.
-        rounds.run(Instant::now()).unwrap();
+        let mut shared = shared();
+        let shared = shared.as_mut().unwrap();
+        let since = shared.round();
+        let inbox = Arc::new(Mutex::new(Vec::new()));
+        shared.inboxes.push(Arc::downgrade(&inbox));
+        Self::new(Source::Shared { inbox, since })
+    }
+
+    /// An observer with a load of its own, made now.
+    pub fn start_own() -> Self {
+        let (probes, rounds) = load();
+        Self::new(Source::Own { probes, rounds })
+    }
+
+    fn new(source: Source) -> Self {
         Self {
-            probes,
-            rounds,
+            source,
             procs: HashMap::new(),
             errors: HashMap::new(),
             drops: Vec::new(),
@@ -115,8 +225,30 @@ impl Observer {
         }
     }
 
+    /// Where each hook attached, and how.
+    pub fn attachments(&self) -> Vec<Attachment> {
+        match &self.source {
+            Source::Own { probes, .. } => probes.attachments.clone(),
+            Source::Shared { .. } => shared().as_ref().unwrap().probes.attachments.clone(),
+        }
+    }
+
+    /// Run a round (of the shared load, for every observer reading it) and
+    /// add what it and the rounds other tests ran since saw.
     pub fn collect(&mut self) {
-        let d = self.rounds.run(Instant::now()).unwrap().deltas;
+        let rounds = match &mut self.source {
+            Source::Own { rounds, .. } => vec![Seen::from(rounds.run(Instant::now()).unwrap().deltas)],
+            Source::Shared { inbox, .. } => {
+                shared().as_mut().unwrap().round();
+                std::mem::take(&mut *inbox.lock().unwrap_or_else(|e| e.into_inner()))
+            }
+        };
+        for seen in rounds {
+            self.add(seen);
+        }
+    }
+
+    fn add(&mut self, d: Seen) {
         for (key, delta) in d.procs {
             let e = self.procs.entry((key.actor.tgid, key.family)).or_default();
             e.connects += delta.connects;
@@ -140,9 +272,19 @@ impl Observer {
             total.closed_older += counts.closed_older;
         }
         self.open_connections = d.open_connections;
-        self.lost = d.lost.to_vec();
-        self.unseen_connections = d.unseen_connections;
-        self.connection_checks = d.connection_checks;
+        // The cumulative counts, from this observer's start.
+        let since = match &self.source {
+            Source::Shared { since, .. } => since.clone(),
+            Source::Own { .. } => Seen::default(),
+        };
+        self.lost =
+            d.lost.iter().enumerate().map(|(i, n)| n.saturating_sub(since.lost.get(i).copied().unwrap_or(0))).collect();
+        self.unseen_connections = d.unseen_connections.saturating_sub(since.unseen_connections);
+        self.connection_checks = d
+            .connection_checks
+            .into_iter()
+            .map(|(netns, n)| (netns, n.saturating_sub(since.connection_checks.get(&netns).copied().unwrap_or(0))))
+            .collect();
     }
 
     /// Kernel updates lost to full maps so far, by `lost` slot.
@@ -245,10 +387,16 @@ impl Drop for Observer {
     /// reads this line to tell such a failure from a counting bug.
     fn drop(&mut self) {
         if std::thread::panicking() {
+            let shared;
+            let programs = match &self.source {
+                Source::Own { probes, .. } => &probes.programs,
+                Source::Shared { .. } => {
+                    shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+                    &shared.as_ref().unwrap().probes.programs
+                }
+            };
             // One read per program: the sum and its parts must agree.
-            let missed: Vec<(&str, u64)> = self
-                .probes
-                .programs
+            let missed: Vec<(&str, u64)> = programs
                 .iter()
                 .filter_map(|p| p.stats().ok().filter(|s| s.missed > 0).map(|s| (p.program, s.missed)))
                 .collect();
@@ -256,8 +404,7 @@ impl Drop for Observer {
             eprintln!("OBSERVER_KERNEL_MISSED={} {}", missed.iter().map(|(_, n)| n).sum::<u64>(), detail.join(" "));
             // An older kernel skips some programs' runs silently: a
             // failure there may be one, which it cannot say.
-            let uncounted: Vec<&str> =
-                self.probes.programs.iter().filter(|p| !p.skips_counted).map(|p| p.program).collect();
+            let uncounted: Vec<&str> = programs.iter().filter(|p| !p.skips_counted).map(|p| p.program).collect();
             if !uncounted.is_empty() {
                 eprintln!("OBSERVER_KERNEL_SKIPS_UNCOUNTED programs={}", uncounted.join(","));
             }

@@ -17,8 +17,20 @@ pub struct Options {
 
 /// Returns the path of the built `observer` binary.
 pub fn run(opts: &Options) -> Result<PathBuf> {
+    build(opts, false)
+}
+
+/// `run`; `in_background` builds at the lowest CPU priority (nice 19),
+/// beside work that should not wait for it.
+pub fn build(opts: &Options, in_background: bool) -> Result<PathBuf> {
     let nightly = setup::build_tools()?;
-    let mut cmd = Command::new("cargo");
+    let mut cmd = if in_background {
+        let mut nice = Command::new("nice");
+        nice.args(["-n", "19", "cargo"]);
+        nice
+    } else {
+        Command::new("cargo")
+    };
     cmd.current_dir(workspace_root()).args(["build", "--package", "observer", "--bins"]);
     if opts.release {
         cmd.args(["--release", "--locked"]);

@@ -28,6 +28,10 @@ pub struct Options {
     /// into its `FROM scratch` stage), no archive.
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
+    /// Build at the lowest CPU priority (`cargo xtask test`: beside the
+    /// kernel matrix's guests, which are the run's longest part).
+    #[arg(skip)]
+    pub in_background: bool,
 }
 
 /// The image's name without its tag; tagged with the version and the commit.
@@ -58,7 +62,7 @@ pub struct ImageFile {
 
 /// The archive and SBOM written; returns the archive's path.
 pub fn run(opts: &Options) -> Result<PathBuf> {
-    let binary = build_release()?;
+    let binary = build_release(opts.in_background)?;
     let files = files(&binary)?;
     if let Some(dir) = &opts.rootfs {
         write_rootfs(&files, dir)?;
@@ -95,8 +99,8 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
 
 /// The release binary, built as `cargo xtask build --release` builds it
 /// (the pinned toolchains, the committed Cargo.lock), nothing else set up.
-fn build_release() -> Result<PathBuf> {
-    crate::build::run(&crate::build::Options { release: true })
+fn build_release(in_background: bool) -> Result<PathBuf> {
+    crate::build::build(&crate::build::Options { release: true }, in_background)
 }
 
 /// The binary, its shared libraries and the CA bundle.

@@ -128,8 +128,9 @@ pub const KERNEL_TESTS: &[&str] = &[
 /// `connections` tests the open-connection ledger, lifetimes and
 /// handshakes, which the tp_btf program of every mode keeps, while the
 /// kprobe wrappers that record a socket's owner for it are tested by
-/// `connects_accepts`, `time_wait` and `trace` (~2 min a kernel).
-const FIRST_MODE_ONLY_TESTS: &[&str] = &["attach_modes", "connections"];
+/// `connects_accepts`, `time_wait` and `trace` (~2 min a kernel);
+/// `connection_ends` tests that tp_btf program's path when its map is full.
+const FIRST_MODE_ONLY_TESTS: &[&str] = &["attach_modes", "connections", "connection_ends"];
 
 pub fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")

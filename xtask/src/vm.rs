@@ -136,13 +136,24 @@ pub fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")
 }
 
+#[derive(Clone)]
 pub struct Kernel {
     pub series: &'static str,
     pub version: String,
     pub vmlinuz: PathBuf,
     /// The attach modes the kernel tests run in there (`Series::modes`,
-    /// or those of them a run asked for).
+    /// or those of them a run asked for; one, where each mode boots a
+    /// guest of its own).
     pub modes: Vec<&'static str>,
+    /// The series' first mode, which also runs FIRST_MODE_ONLY_TESTS.
+    pub first_mode: &'static str,
+}
+
+impl Kernel {
+    /// What its guest's files are named by: the series and its modes.
+    pub fn unit(&self) -> String {
+        std::iter::once(self.series).chain(self.modes.iter().copied()).collect::<Vec<_>>().join("-")
+    }
 }
 
 /// Install qemu, virtme-ng and the kernels (those of the series in `only`,
@@ -219,7 +230,13 @@ fn fetch_kernel(&Series { name: series, prefix, suffix, archive, modes }: &Serie
         let _ = fs::remove_file(&modules);
         std::os::unix::fs::symlink(&ours, &modules).with_context(|| format!("cannot link {}", modules.display()))?;
     }
-    Ok(Kernel { series, vmlinuz: root.join(format!("boot/vmlinuz-{version}")), version, modes: modes.to_vec() })
+    Ok(Kernel {
+        series,
+        vmlinuz: root.join(format!("boot/vmlinuz-{version}")),
+        version,
+        modes: modes.to_vec(),
+        first_mode: modes[0],
+    })
 }
 
 /// The newest `prefix<N...>suffix` package apt knows (with `options`).
@@ -319,7 +336,7 @@ struct Run<'a> {
 /// says the first boot failed, with the kernel's own words. A second
 /// failure, or any failed test, fails the kernel.
 pub fn run_kernel(kernel: &Kernel, bins: &GuestBinaries) -> Result<KernelRun> {
-    let runs = runs_of(&kernel.modes, &bins.tests);
+    let runs = runs_of(&kernel.modes, kernel.first_mode, &bins.tests);
     let first = boot_for(kernel, bins, &runs, "")?;
     let mut times = binary_times(kernel.series, &first.report);
     let Some(fault) = &first.fault else {
@@ -354,14 +371,14 @@ pub struct KernelRun {
 }
 
 /// Each test binary in each of `modes`, but those of FIRST_MODE_ONLY_TESTS
-/// in the first only.
-fn runs_of<'a>(modes: &[&'static str], tests: &'a [(String, PathBuf)]) -> Vec<Run<'a>> {
+/// in the series' `first_mode` only.
+fn runs_of<'a>(modes: &[&'static str], first_mode: &'static str, tests: &'a [(String, PathBuf)]) -> Vec<Run<'a>> {
     modes
         .iter()
         .flat_map(|&mode| {
             tests
                 .iter()
-                .filter(move |(name, _)| mode == modes[0] || !FIRST_MODE_ONLY_TESTS.contains(&name.as_str()))
+                .filter(move |(name, _)| mode == first_mode || !FIRST_MODE_ONLY_TESTS.contains(&name.as_str()))
                 .map(move |(name, bin)| Run { mode, name, bin })
         })
         .collect()
@@ -426,12 +443,13 @@ struct Boot {
 }
 
 /// Boot `kernel` once and run `runs` in it; `attempt` names its files
-/// (target/vm/guest-<series><attempt>.sh, out-..., console-...).
+/// (target/vm/guest-<series>-<modes><attempt>.sh, out-..., console-...).
 fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) -> Result<Boot> {
-    let script = vm_dir().join(format!("guest-{}{attempt}.sh", kernel.series));
+    let unit = kernel.unit();
+    let script = vm_dir().join(format!("guest-{unit}{attempt}.sh"));
     // Shared read-write with the guest: progress and logs can be followed
     // from the host while the (slow) guest runs.
-    let out_dir = vm_dir().join(format!("out-{}{attempt}", kernel.series));
+    let out_dir = vm_dir().join(format!("out-{unit}{attempt}"));
     let _ = fs::remove_dir_all(&out_dir);
     fs::create_dir_all(&out_dir)?;
     let mut s = format!(
@@ -497,12 +515,12 @@ fn boot_for(kernel: &Kernel, bins: &GuestBinaries, runs: &[Run], attempt: &str) 
     fs::write(&script, s)?;
     run_cmd(Command::new("chmod").arg("+x").arg(&script))?;
 
-    println!("vm: booting {} ({}) under virtme-ng, software emulation", kernel.version, kernel.series);
+    println!("vm: booting {} ({unit}) under virtme-ng, software emulation", kernel.version);
     let started = Instant::now();
     // A hang guard only: a guest's whole run takes ~8-13 min under
     // emulation (its connections binary alone ~2 min).
     let Guest { console, exit, fault } = boot(kernel, &script, &out_dir, 2400)?;
-    fs::write(vm_dir().join(format!("console-{}{attempt}.log", kernel.series)), &console)?;
+    fs::write(vm_dir().join(format!("console-{unit}{attempt}.log")), &console)?;
     let progress = fs::read_to_string(out_dir.join("progress.log")).unwrap_or_default();
     // The guest writes only the MATRIX lines and the excerpts of failed
     // tests (panic messages with their diagnostics) there: all of it is
@@ -654,7 +672,7 @@ mod tests {
             KERNEL_TESTS.iter().map(|name| (name.to_string(), PathBuf::from("/bin/true"))).collect();
         let of = |series: &str| {
             let modes = SERIES.iter().find(|s| s.name == series).unwrap().modes;
-            runs_of(modes, &tests).iter().map(|r| format!("{}/{}", r.mode, r.name)).collect::<Vec<_>>()
+            runs_of(modes, modes[0], &tests).iter().map(|r| format!("{}/{}", r.mode, r.name)).collect::<Vec<_>>()
         };
         let runs = of("6.12");
         assert_eq!(runs.len(), 2 * KERNEL_TESTS.len() - FIRST_MODE_ONLY_TESTS.len(), "{runs:?}");
@@ -666,6 +684,10 @@ mod tests {
         assert_eq!(of("5.10"), runs, "the oldest kernel runs what the newest does");
         let runs = of("6.1");
         assert!(runs.iter().all(|r| r.starts_with("auto/")) && runs.len() == KERNEL_TESTS.len(), "{runs:?}");
+        // A guest of the kprobe mode alone runs no first-mode-only test.
+        let alone = runs_of(&["kprobe"], "auto", &tests);
+        assert_eq!(alone.len(), KERNEL_TESTS.len() - FIRST_MODE_ONLY_TESTS.len());
+        assert!(alone.iter().all(|r| r.mode == "kprobe" && !FIRST_MODE_ONLY_TESTS.contains(&r.name)));
     }
 
     #[test]

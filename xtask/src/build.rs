@@ -24,13 +24,7 @@ pub fn run(opts: &Options) -> Result<PathBuf> {
 /// beside work that should not wait for it.
 pub fn build(opts: &Options, in_background: bool) -> Result<PathBuf> {
     let nightly = setup::build_tools()?;
-    let mut cmd = if in_background {
-        let mut nice = Command::new("nice");
-        nice.args(["-n", "19", "cargo"]);
-        nice
-    } else {
-        Command::new("cargo")
-    };
+    let mut cmd = crate::cargo(in_background);
     cmd.current_dir(workspace_root()).args(["build", "--package", "observer", "--bins"]);
     if opts.release {
         cmd.args(["--release", "--locked"]);

@@ -67,6 +67,19 @@ pub fn which(program: &str) -> Option<std::path::PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.exists())
 }
 
+/// `cargo`, at the lowest CPU priority (nice 19) if `in_background`: a
+/// build beside work that should not wait for it (the kernel matrix's
+/// guests).
+pub fn cargo(in_background: bool) -> std::process::Command {
+    if in_background {
+        let mut nice = std::process::Command::new("nice");
+        nice.args(["-n", "19", "cargo"]);
+        nice
+    } else {
+        std::process::Command::new("cargo")
+    }
+}
+
 /// Run a command, failing with its name if it does not succeed.
 pub fn run_cmd(cmd: &mut std::process::Command) -> anyhow::Result<()> {
     use anyhow::Context as _;

@@ -101,11 +101,16 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
 /// The release image (tests/image.rs runs it as the DaemonSet does: built
 /// here as a user builds it) and the test suite on this machine's kernel.
 fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> Result<()> {
+    // Beside the guests, which take longest: the host's other test
+    // binaries are built at the lowest CPU priority (the suite builds what
+    // is left, if this failed).
+    timings.phase("build: the host's other test binaries", |_| {
+        crate::run_cmd(cargo_test_as(nightly, true).arg("--no-run"))
+    })?;
     // Beside the guests, which take longest: the release build yields the
     // CPU to them (and to the host suite's tests, which keep to time).
-    let image = timings.phase("build: the release image", |_| {
-        image::run(&image::Options { rootfs: None, in_background: true })
-    })?;
+    let image = timings
+        .phase("build: the release image", |_| image::run(&image::Options { rootfs: None, in_background: true }))?;
     timings.phase("host: the test suite", |timings| {
         let (ok, times) = timing::cargo_test(
             cargo_test(nightly)
@@ -133,7 +138,12 @@ fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> R
 /// the dependencies' features differently and build every test binary a
 /// second time (minutes, and gigabytes of disk).
 pub fn cargo_test(nightly: &str) -> Command {
-    let mut cmd = Command::new("cargo");
+    cargo_test_as(nightly, false)
+}
+
+/// `cargo_test`, at the lowest CPU priority if `in_background`.
+fn cargo_test_as(nightly: &str, in_background: bool) -> Command {
+    let mut cmd = crate::cargo(in_background);
     cmd.current_dir(workspace_root())
         // The eBPF crate only builds for the bpf target (via observer/build.rs).
         .args(["test", "--workspace", "--exclude", "observer-ebpf"])

@@ -281,7 +281,15 @@ pub fn guest_binaries(nightly: &str, only: &[String]) -> Result<GuestBinaries> {
             KERNEL_TESTS.join(", ")
         );
     }
-    let out = crate::test::cargo_test(nightly).args(["--no-run", "--message-format=json"]).output()?;
+    // The kernel tests only (and the daemon, which they run): the guests
+    // start as soon as these are built, the host's other test binaries are
+    // built beside them.
+    let wanted: Vec<&str> =
+        if only.is_empty() { KERNEL_TESTS.to_vec() } else { only.iter().map(String::as_str).collect() };
+    let out = crate::test::cargo_test(nightly)
+        .args(["--no-run", "--message-format=json"])
+        .args(wanted.iter().flat_map(|name| ["--test", name]))
+        .output()?;
     anyhow::ensure!(out.status.success(), "building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let snapshot = vm_dir().join("bin");
     let _ = fs::remove_dir_all(&snapshot);

@@ -94,11 +94,35 @@ enum Source {
         rounds: Rounds,
     },
     /// The shared load: the rounds run since this observer started come
-    /// through its inbox; `since` holds the cumulative counts as of then.
+    /// through its inbox; `since`, the cumulative counts as of then.
     Shared {
         inbox: Arc<Mutex<Vec<Seen>>>,
-        since: Seen,
+        since: Cumulative,
     },
+}
+
+/// A load's counts that are cumulative from its start, as of one round.
+#[derive(Clone, Default)]
+struct Cumulative {
+    lost: Vec<u64>,
+    unseen_connections: u64,
+    connection_checks: HashMap<u32, u64>,
+}
+
+impl Cumulative {
+    /// `now`'s counts since `self`'s round.
+    fn since(&self, now: Cumulative) -> Cumulative {
+        let before = |i: usize| self.lost.get(i).copied().unwrap_or(0);
+        Cumulative {
+            lost: now.lost.iter().enumerate().map(|(i, n)| n.saturating_sub(before(i))).collect(),
+            unseen_connections: now.unseen_connections.saturating_sub(self.unseen_connections),
+            connection_checks: now
+                .connection_checks
+                .into_iter()
+                .map(|(netns, n)| (netns, n.saturating_sub(self.connection_checks.get(&netns).copied().unwrap_or(0))))
+                .collect(),
+        }
+    }
 }
 
 /// What a round told: the parts of its deltas the tests read.
@@ -109,9 +133,7 @@ struct Seen {
     listen_drops: Vec<ListenerDrops>,
     connections: Vec<(ConnectionKey, ConnectionCounts)>,
     open_connections: Vec<(ConnectionKey, u64)>,
-    lost: Vec<u64>,
-    unseen_connections: u64,
-    connection_checks: HashMap<u32, u64>,
+    cumulative: Cumulative,
 }
 
 impl From<Deltas> for Seen {
@@ -122,9 +144,11 @@ impl From<Deltas> for Seen {
             listen_drops: d.listen_drops,
             connections: d.connections,
             open_connections: d.open_connections,
-            lost: d.lost.to_vec(),
-            unseen_connections: d.unseen_connections,
-            connection_checks: d.connection_checks,
+            cumulative: Cumulative {
+                lost: d.lost.to_vec(),
+                unseen_connections: d.unseen_connections,
+                connection_checks: d.connection_checks,
+            },
         }
     }
 }
@@ -199,7 +223,7 @@ impl Observer {
     pub fn start() -> Self {
         let mut shared = shared();
         let shared = shared.as_mut().unwrap();
-        let since = shared.round();
+        let since = shared.round().cumulative;
         let inbox = Arc::new(Mutex::new(Vec::new()));
         shared.inboxes.push(Arc::downgrade(&inbox));
         Self::new(Source::Shared { inbox, since })
@@ -273,18 +297,11 @@ impl Observer {
         }
         self.open_connections = d.open_connections;
         // The cumulative counts, from this observer's start.
-        let since = match &self.source {
-            Source::Shared { since, .. } => since.clone(),
-            Source::Own { .. } => Seen::default(),
+        let Cumulative { lost, unseen_connections, connection_checks } = match &self.source {
+            Source::Shared { since, .. } => since.since(d.cumulative),
+            Source::Own { .. } => d.cumulative,
         };
-        self.lost =
-            d.lost.iter().enumerate().map(|(i, n)| n.saturating_sub(since.lost.get(i).copied().unwrap_or(0))).collect();
-        self.unseen_connections = d.unseen_connections.saturating_sub(since.unseen_connections);
-        self.connection_checks = d
-            .connection_checks
-            .into_iter()
-            .map(|(netns, n)| (netns, n.saturating_sub(since.connection_checks.get(&netns).copied().unwrap_or(0))))
-            .collect();
+        (self.lost, self.unseen_connections, self.connection_checks) = (lost, unseen_connections, connection_checks);
     }
 
     /// Kernel updates lost to full maps so far, by `lost` slot.

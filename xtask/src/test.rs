@@ -68,9 +68,9 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
     if opts.host_only {
         return host(&nightly.name, &churn, opts, timings);
     }
-    // The test binaries, which the host suite runs too (built once: the
-    // same command, the same features).
-    let bins = timings.phase("build: the test binaries (the guests' copy taken)", |_| {
+    // The kernel test binaries, which the host suite runs too (the same
+    // command, the same features: built once).
+    let bins = timings.phase("build: the kernel test binaries (the guests' copy taken)", |_| {
         vm::guest_binaries(&nightly.name, &opts.vm_tests)
     })?;
     if opts.vm_only {
@@ -78,12 +78,12 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
         print!("{}", matrix.report);
         return matrix.result;
     }
-    // The guests start now, and the release image and the host suite run
-    // beside them: a guest under software emulation keeps the host's cores
-    // busy, but the host suite mostly waits (on rounds, on the kernel's
-    // counts), so the two together take little more than the matrix alone.
-    // The host suite's kernel tests cannot see the guests' traffic (their
-    // own kernels), nor the guests theirs.
+    // The guests start now, and the host's builds and suite run beside
+    // them: a guest under software emulation uses about one of two cores
+    // on average and the host suite less (both mostly wait, on rounds and
+    // on the kernel), so the two together take little more than the
+    // matrix alone. The host suite's kernel tests cannot see the guests'
+    // traffic (their own kernels), nor the guests theirs.
     std::thread::scope(|scope| {
         let guests = scope.spawn(|| {
             let mut beside = Timings::default();
@@ -101,14 +101,11 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
 /// The release image (tests/image.rs runs it as the DaemonSet does: built
 /// here as a user builds it) and the test suite on this machine's kernel.
 fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> Result<()> {
-    // Beside the guests, which take longest: the host's other test
-    // binaries are built at the lowest CPU priority (the suite builds what
-    // is left, if this failed).
+    // Beside the guests, which take longest, the builds yield the CPU to
+    // them (and to the host suite's tests, which keep to time).
     timings.phase("build: the host's other test binaries", |_| {
         crate::run_cmd(cargo_test_as(nightly, true).arg("--no-run"))
     })?;
-    // Beside the guests, which take longest: the release build yields the
-    // CPU to them (and to the host suite's tests, which keep to time).
     let image = timings
         .phase("build: the release image", |_| image::run(&image::Options { rootfs: None, in_background: true }))?;
     timings.phase("host: the test suite", |timings| {

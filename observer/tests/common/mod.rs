@@ -89,9 +89,10 @@ pub struct Observer {
 }
 
 enum Source {
+    /// Boxed: a load is large beside the shared variant's inbox.
     Own {
-        probes: Probes,
-        rounds: Rounds,
+        probes: Box<Probes>,
+        rounds: Box<Rounds>,
     },
     /// The shared load: the rounds run since this observer started come
     /// through its inbox; `since`, the cumulative counts as of then.
@@ -232,7 +233,7 @@ impl Observer {
     /// An observer with a load of its own, made now.
     pub fn start_own() -> Self {
         let (probes, rounds) = load();
-        Self::new(Source::Own { probes, rounds })
+        Self::new(Source::Own { probes: Box::new(probes), rounds: Box::new(rounds) })
     }
 
     fn new(source: Source) -> Self {

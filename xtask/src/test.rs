@@ -16,8 +16,8 @@ use crate::{
 #[derive(Args)]
 pub struct Options {
     /// The inner loop: the host suite and the kernel matrix's newest kernel
-    /// in `auto` mode only (`--vm-kernels 6.12 --vm-modes auto`), ~10
-    /// minutes less than everything; CI runs everything.
+    /// in `auto` mode only (`--vm-kernels 6.12 --vm-modes auto`): one
+    /// guest of the five; CI runs everything.
     #[arg(long, conflicts_with_all = ["host_only", "vm_kernels", "vm_modes"])]
     pub quick: bool,
     /// Skip the kernel matrix (the kernel tests inside VMs of stock Debian

@@ -35,7 +35,8 @@ pub struct Options {
     #[arg(long, value_delimiter = ',')]
     pub vm_kernels: Vec<String>,
     /// Matrix: only these attach modes of each kernel's (e.g. `--vm-modes
-    /// kprobe`); the first one left also runs the tests run in one mode only.
+    /// kprobe`); the tests run in one mode only (attach_modes, connections,
+    /// connection_ends) run where a kernel's first mode (auto) is among them.
     #[arg(long, value_delimiter = ',')]
     pub vm_modes: Vec<String>,
     /// Matrix: how many guests run at once. Two: a guest under software

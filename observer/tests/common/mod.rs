@@ -90,16 +90,10 @@ pub struct Observer {
 
 enum Source {
     /// Boxed: a load is large beside the shared variant's inbox.
-    Own {
-        probes: Box<Probes>,
-        rounds: Box<Rounds>,
-    },
+    Own { probes: Box<Probes>, rounds: Box<Rounds> },
     /// The shared load: the rounds run since this observer started come
     /// through its inbox; `since`, the cumulative counts as of then.
-    Shared {
-        inbox: Arc<Mutex<Vec<Seen>>>,
-        since: Cumulative,
-    },
+    Shared { inbox: Arc<Mutex<Vec<Seen>>>, since: Cumulative },
 }
 
 /// A load's counts that are cumulative from its start, as of one round.

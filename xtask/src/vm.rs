@@ -60,8 +60,8 @@ struct Series {
     suffix: &'static str,
     /// Another archive than the host's apt sources.
     archive: Option<Bullseye>,
-    /// The attach modes its guest runs the kernel tests in, the first
-    /// first: the preferred ones, which the CI host kernel refuses (its
+    /// The attach modes its guests (one a mode) run the kernel tests in,
+    /// the first first: the preferred ones, which the CI host kernel refuses (its
     /// own run covers the tracepoint fallbacks). `auto` puts every hook on
     /// trampolines (fentry/fexit) where this kernel's take its functions,
     /// and says where they do not (Debian's 6.1 cannot trace

@@ -436,8 +436,8 @@ fn overflows_the_programs_missed_are_counted_as_unseen() {
 fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
     let name = Netns::unique_name();
     let failpoint = format!("listen-overflow-unseen=return({})", Netns::path_of(&name).display());
-    // Rounds of 1 s: the namespace and its burst between two checks.
-    let daemon = common::daemon::start_daemon_every("1s", &[], &[("FAILPOINTS", failpoint.as_str())]);
+    let hold = common::daemon::ChecksHold::new();
+    let daemon = common::daemon::start_daemon_for_checks(&hold, &failpoint);
     let limit = Duration::from_secs(30);
     let body = common::daemon::scrape_until(&daemon, limit, |b| b.contains("observer_probe_info"));
     let mode = |m: &str| {
@@ -454,7 +454,7 @@ fn overflows_before_a_namespaces_first_check_do_not_hide_later_misses() {
         std::thread::sleep(Duration::from_millis(300));
         ns.nstat("TcpExtListenOverflows")
     };
-    let (ns, server, burst) = common::daemon::between_checks(&daemon, || {
+    let (ns, server, burst) = common::daemon::between_checks(&daemon, &hold, || {
         let ns = Netns::named(name);
         let server = ns.serve(&["--listen", "127.0.0.1:7906", "--backlog", "1", "--never-accept"]);
         let burst = overflow(&ns);

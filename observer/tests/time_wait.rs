@@ -143,9 +143,9 @@ fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
     }
     let name = Netns::unique_name();
     let failpoint = format!("time-wait-unseen=return({})", Netns::path_of(&name).display());
-    // Rounds of 1 s: the namespace and its burst between two checks.
-    let daemon = common::daemon::start_daemon_every("1s", &[], &[("FAILPOINTS", &failpoint)]);
-    let (ns, _server, before) = common::daemon::between_checks(&daemon, || {
+    let hold = common::daemon::ChecksHold::new();
+    let daemon = common::daemon::start_daemon_for_checks(&hold, &failpoint);
+    let (ns, _server, before) = common::daemon::between_checks(&daemon, &hold, || {
         let ns = Netns::named(name);
         let server = ns.serve(&["--listen", "127.0.0.1:7000"]);
         let before = ns.time_wait_entered();

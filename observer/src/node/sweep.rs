@@ -269,6 +269,8 @@ pub struct Sweeper {
     gone: BTreeMap<u32, Tracked>,
     /// Namespaces left out last round for the bound (logged on change).
     skipped: usize,
+    /// Sweeps that count toward the next check (all of them, but for a
+    /// test's hold: `checks_held`).
     rounds: u64,
     /// Read each namespace's count of TIME_WAIT entries every
     /// `KERNEL_CHECK_EVERY` rounds (off where the kernel counts them
@@ -276,6 +278,20 @@ pub struct Sweeper {
     pub check_time_wait: bool,
     /// The same for listen overflows (on where programs count them).
     pub check_overflows: bool,
+}
+
+/// A test's hold on the checks (`kernel-checks-held=return(PATH)`: while
+/// PATH exists, sweeps do not count toward the next check), so that what a
+/// test does between two checks cannot outlast the rounds between them
+/// however slow the machine (tests/common/daemon.rs `between_checks`).
+/// The check a hold began too late to defer still runs: the decision is
+/// the last sweep's, as the programs' read before a check needs.
+fn checks_held() -> bool {
+    #[cfg(feature = "failpoints")]
+    if fail::eval("kernel-checks-held", |arg| arg.map(|path| Path::new(&path).exists())) == Some(Some(true)) {
+        return true;
+    }
+    false
 }
 
 impl Sweeper {
@@ -311,7 +327,9 @@ impl Sweeper {
     pub fn sweep(&mut self) -> NodeReading {
         let mut counts = SweepCounts::default();
         let check = self.next_sweep_checks();
-        self.rounds += 1;
+        if !checks_held() {
+            self.rounds += 1;
+        }
         let now = Instant::now();
         let found = netns::all(&self.proc_root);
         let on_node = found.keys().copied().collect();
@@ -542,6 +560,31 @@ mod tests {
         assert!(reading.namespaces.is_empty(), "{:?}", reading.namespaces);
         assert!(reading.on_node.contains(&own), "{own} not in {:?}", reading.on_node);
         assert!(reading.counts.unread >= 1, "{:?}", reading.counts);
+    }
+
+    /// The hold `between_checks` relies on: rounds while its file exists
+    /// do not bring the next check nearer, and counting resumes after.
+    #[cfg(feature = "failpoints")]
+    #[test]
+    fn rounds_held_by_a_test_do_not_count_toward_the_next_check() {
+        let file = std::env::temp_dir().join(format!("observer-unit-checks-held-{}", std::process::id()));
+        fail::cfg("kernel-checks-held", &format!("return({})", file.display())).unwrap();
+        // Nothing to read (no namespace may be read): only the rounds count.
+        let mut sweeper = Sweeper::new(Path::new("/nonexistent"), 0, Duration::from_secs(1));
+        assert!(sweeper.next_sweep_checks(), "the first sweep checks");
+        sweeper.sweep();
+        std::fs::write(&file, b"").unwrap();
+        for _ in 0..3 * KERNEL_CHECK_EVERY {
+            assert!(!sweeper.next_sweep_checks(), "a held round brought the check");
+            sweeper.sweep();
+        }
+        std::fs::remove_file(&file).unwrap();
+        for _ in 1..KERNEL_CHECK_EVERY {
+            assert!(!sweeper.next_sweep_checks());
+            sweeper.sweep();
+        }
+        assert!(sweeper.next_sweep_checks(), "the check after the rounds left when the hold began");
+        fail::remove("kernel-checks-held");
     }
 
     fn candidate(inode: u32, hot: bool, last: Option<Instant>) -> Candidate {

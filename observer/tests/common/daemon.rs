@@ -65,11 +65,6 @@ pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemo
     start(port, "200ms", extra, env)
 }
 
-/// A daemon whose rounds come every `interval` (rather than 200 ms).
-pub fn start_daemon_every(interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-    start(free_port(), interval, extra, env)
-}
-
 fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
     let log = std::env::temp_dir().join(format!("observer-test-{}-{port}.log", std::process::id()));
     let child = Command::new(OBSERVER)
@@ -92,24 +87,62 @@ fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Dae
     daemon
 }
 
+/// A test's hold on a daemon's checks against the kernel's own counts
+/// (the `kernel-checks-held` failpoint: while its file exists, rounds do
+/// not count toward the next check). Removed with the hold.
+pub struct ChecksHold {
+    file: PathBuf,
+}
+
+impl ChecksHold {
+    pub fn new() -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let file = std::env::temp_dir().join(format!("observer-test-checks-held-{}-{n}", std::process::id()));
+        Self { file }
+    }
+
+    /// The failpoint's part of the daemon's FAILPOINTS.
+    pub fn failpoint(&self) -> String {
+        format!("kernel-checks-held=return({})", self.file.display())
+    }
+}
+
+impl Drop for ChecksHold {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A daemon whose rounds come every 500 ms, with `failpoints` and `hold`'s
+/// for `between_checks`.
+pub fn start_daemon_for_checks(hold: &ChecksHold, failpoints: &str) -> Daemon {
+    let failpoints = format!("{failpoints};{}", hold.failpoint());
+    start(free_port(), "500ms", &[], &[("FAILPOINTS", failpoints.as_str())])
+}
+
 /// Run `work` between two of the daemon's checks against the kernel's own
 /// counts (every `KERNEL_CHECK_EVERY` rounds): from just after one to
 /// before the next one's sweep, which a namespace made in `work` has as
-/// its first. Asserted, not assumed: rounds quicker than `work` could not
-/// test what needs this order (a daemon started with `start_daemon_every`
-/// at 1 s leaves ~8 s).
-pub fn between_checks<T>(daemon: &Daemon, work: impl FnOnce() -> T) -> T {
+/// its first. The checks are held while `work` runs, however long it
+/// takes (a guest under load took 9 s for a namespace, a server and a
+/// burst); asserted, not assumed, that the hold began before the next
+/// check's sweep (a scrape's time, against the 4 s of rounds left).
+pub fn between_checks<T>(daemon: &Daemon, hold: &ChecksHold, work: impl FnOnce() -> T) -> T {
     use observer::node::sweep::KERNEL_CHECK_EVERY;
     let body = scrape_until(daemon, Duration::from_secs(30), |b| rounds_completed(b) % KERNEL_CHECK_EVERY == 1);
     let after_check = rounds_completed(&body);
-    let out = work();
+    std::fs::write(&hold.file, b"").unwrap();
     // The next check is round `after_check` + KERNEL_CHECK_EVERY; its sweep
     // starts once the round before it has ended.
-    let done = rounds_completed(&daemon.scrape());
+    let held_at = rounds_completed(&daemon.scrape());
     assert!(
-        done + 2 <= after_check + KERNEL_CHECK_EVERY,
-        "the work took longer than the rounds between two checks (rounds {after_check} to {done})"
+        held_at + 2 <= after_check + KERNEL_CHECK_EVERY,
+        "the hold began too late to defer the next check (rounds {after_check} to {held_at})"
     );
+    let out = work();
+    std::fs::remove_file(&hold.file).unwrap();
     out
 }
 

@@ -2,7 +2,9 @@
 //! kernel's own counters of it (nstat, ss): the ground truth the tests
 //! compare observer with.
 use std::{
+    collections::HashMap,
     io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
@@ -82,15 +84,54 @@ impl Netns {
         ns
     }
 
-    /// A command that runs inside the namespace.
+    /// A command that runs inside the namespace: the child enters it
+    /// before its exec, so the pid is the program's. Not `ip netns exec`:
+    /// that is one exec more per command, ~0.2 s in a software-emulated
+    /// guest of the kernel matrix, where these tests make hundreds; none of
+    /// the programs run here reads /sys, which it would remount.
     pub fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, program]);
+        let netns = self.open();
+        let mut cmd = Command::new(program);
+        // SAFETY: between fork and exec only setns(2) runs, on a descriptor
+        // opened before the fork; nothing allocates or takes a lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
+            });
+        }
         cmd
     }
 
+    fn open(&self) -> std::fs::File {
+        std::fs::File::open(self.path()).unwrap_or_else(|e| panic!("{}: {e}", self.path().display()))
+    }
+
+    /// `f` run on a thread of this process inside the namespace: for what
+    /// the kernel answers per namespace through /proc (its sysctls, its
+    /// counters), without a process of its own.
+    fn inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let netns = self.open();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // setns(2) moves only the calling thread: this one, which
+                    // ends with `f`.
+                    nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .unwrap_or_else(|e| panic!("setns into {}: {e}", self.name));
+                    f()
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// Set a sysctl of this namespace (e.g. `net.ipv4.tcp_tw_reuse`), as
+    /// `sysctl -w` does: the file under /proc/sys, which answers for the
+    /// namespace of the thread that opens it.
     pub fn sysctl(&self, key: &str, value: &str) {
-        run(self.command("sysctl").args(["-qw", &format!("{key}={value}")]));
+        let file = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+        self.inside(|| std::fs::write(&file, value))
+            .unwrap_or_else(|e| panic!("sysctl {key}={value} in {}: {e}", self.name));
     }
 
     /// A kernel SNMP/netstat counter of this namespace (e.g.
@@ -105,18 +146,22 @@ impl Netns {
         run(self.command("nstat").arg("-as"))
     }
 
-    /// Several counters of this namespace from one snapshot, in order.
+    /// Several counters of this namespace, in order, named as nstat names
+    /// them: read where nstat reads them (/proc/net/snmp and netstat of
+    /// this namespace), at once.
     pub fn nstat_all(&self, counters: &[&str]) -> Vec<u64> {
-        let out = run(self.command("nstat").arg("-asz").args(counters));
+        let files = self.inside(|| {
+            ["snmp", "netstat"].map(|file| {
+                // thread-self: /proc/net is the thread group leader's namespace.
+                std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap()
+            })
+        });
+        let all: HashMap<String, i64> = files.iter().flat_map(|text| kernel_counters(text)).collect();
         counters
             .iter()
-            .map(|counter| {
-                out.lines()
-                    .find_map(|l| {
-                        let mut f = l.split_whitespace();
-                        (f.next() == Some(*counter)).then(|| f.next().unwrap().parse().unwrap())
-                    })
-                    .unwrap_or_else(|| panic!("nstat has no {counter}: {out}"))
+            .map(|counter| match all.get(*counter) {
+                Some(value) => u64::try_from(*value).unwrap_or_else(|_| panic!("{counter} is {value}")),
+                None => panic!("the kernel has no {counter} here: {}", self.nstat_report()),
             })
             .collect()
     }
@@ -271,6 +316,27 @@ impl Netns {
     }
 }
 
+/// The counters of /proc/net/snmp or /proc/net/netstat by nstat's names:
+/// each group is a line of names after its prefix ("TcpExt: ... TW ...")
+/// and a line of values after the same prefix; the name is the two joined
+/// ("TcpExtTW").
+fn kernel_counters(text: &str) -> Vec<(String, i64)> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .chunks(2)
+        .filter_map(|pair| {
+            let (names, values) = (pair.first()?.split_once(": ")?, pair.get(1)?.split_once(": ")?);
+            (names.0 == values.0).then_some((names.0, names.1, values.1))
+        })
+        .flat_map(|(prefix, names, values)| {
+            names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .map(move |(name, value)| (format!("{prefix}{name}"), value.parse().unwrap()))
+        })
+        .collect()
+}
+
 /// What became of the ends closed first (`Netns::closed_ends`).
 #[derive(Debug)]
 pub struct ClosedEnds {
@@ -318,5 +384,22 @@ impl Default for Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_as_nstat_names_them() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 2 64\nTcp: RtoAlgorithm MaxConn ActiveOpens\nTcp: 1 -1 343576\n\
+                    TcpExt: SyncookiesSent TW\nTcpExt: 0 260004\n";
+        let counters: HashMap<String, i64> = kernel_counters(text).into_iter().collect();
+        assert_eq!(counters["TcpActiveOpens"], 343_576);
+        assert_eq!(counters["TcpMaxConn"], -1);
+        assert_eq!(counters["TcpExtTW"], 260_004);
+        assert_eq!(counters["IpDefaultTTL"], 64);
+        assert_eq!(counters.len(), 7);
     }
 }

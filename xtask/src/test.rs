@@ -36,7 +36,8 @@ pub struct Options {
     pub vm_kernels: Vec<String>,
     /// Matrix: only these attach modes of each kernel's (e.g. `--vm-modes
     /// kprobe`); the tests run in one mode only (attach_modes, connections,
-    /// connection_ends) run where a kernel's first mode (auto) is among them.
+    /// connection_times, connection_ends) run where a kernel's first mode
+    /// (auto) is among them.
     #[arg(long, value_delimiter = ',')]
     pub vm_modes: Vec<String>,
     /// Matrix: how many guests run at once. Two: a guest under software
@@ -185,42 +186,45 @@ fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, repor
     }
     kernels.retain(|kernel| !kernel.modes.is_empty());
     anyhow::ensure!(!kernels.is_empty(), "no kernel of the matrix has the modes {}", only_modes.join(", "));
-    // A guest per kernel and mode, the first modes' (the longer: they also
-    // run the first-mode-only tests) first: two lanes of guests end closer
-    // together than with a guest per kernel (one lane had 6.1 and both of
-    // 6.12's modes while the other had 5.10's).
-    let mut kernels: Vec<vm::Kernel> = kernels
+    // A unit per kernel and mode, the first modes' (the longer: they also
+    // run the first-mode-only tests) first; their runs in one queue the
+    // guests take from (`vm::Queue`: the lanes end together).
+    let mut units: Vec<vm::Kernel> = kernels
         .iter()
         .flat_map(|kernel| kernel.modes.iter().map(move |mode| vm::Kernel { modes: vec![*mode], ..kernel.clone() }))
         .collect();
-    kernels.sort_by_key(|unit| unit.modes[0] != unit.first_mode);
-    // Guests `--vm-guests-at-once` at a time, each on a thread of its own;
-    // their reports in the matrix's order.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let runs: Vec<(usize, String, std::time::Duration, Result<vm::KernelRun>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..opts.vm_guests_at_once.max(1))
+    units.sort_by_key(|unit| unit.modes[0] != unit.first_mode);
+    let queued: Vec<(String, Vec<String>)> =
+        units.iter().map(|unit| (unit.unit(), vm::runs_of_unit(unit, bins))).collect();
+    let queue = vm::Queue::create(vm::vm_dir().join("queue"), &queued)?;
+    // Guests `--vm-guests-at-once` at a time, each lane on a thread of its
+    // own; their reports in the matrix's order.
+    let runs: Vec<(usize, u32, String, std::time::Duration, Result<vm::KernelRun>)> = std::thread::scope(|scope| {
+        let lanes: Vec<_> = (0..opts.vm_guests_at_once.max(1))
             .map(|_| {
                 scope.spawn(|| {
                     let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(kernel) = kernels.get(i) else { return done };
+                    while let Some((unit, instance)) = queue.next() {
+                        let i = units.iter().position(|k| k.unit() == unit).expect("a queued unit");
+                        let kernel = &units[i];
                         let started = std::time::Instant::now();
-                        let run = vm::run_kernel(kernel, bins);
-                        let name = format!("matrix: the {} guest ({})", kernel.series, kernel.modes.join(", "));
-                        done.push((i, name, started.elapsed(), run));
+                        let run = vm::run_guest(kernel, bins, &queue, instance);
+                        let name =
+                            format!("matrix: the {} guest ({}) #{instance}", kernel.series, kernel.modes.join(", "));
+                        done.push((i, instance, name, started.elapsed(), run));
                     }
+                    done
                 })
             })
             .collect();
-        let mut runs: Vec<_> = workers.into_iter().flat_map(|w| w.join().expect("a guest's thread panicked")).collect();
-        runs.sort_by_key(|(i, ..)| *i);
+        let mut runs: Vec<_> = lanes.into_iter().flat_map(|w| w.join().expect("a guest's thread panicked")).collect();
+        runs.sort_by_key(|(i, instance, ..)| (*i, *instance));
         runs
     });
     let mut all_ok = true;
-    for (_, name, wall, run) in runs {
+    for (_, _, name, wall, run) in runs {
         let name = match &run {
-            Ok(run) if run.kernel_failed => format!("{name}, its kernel failed once: booted again"),
+            Ok(run) if run.kernel_failed => format!("{name}, its kernel failed: its unended runs given back"),
             _ => name,
         };
         timings.phases.push((name, wall));
@@ -228,6 +232,13 @@ fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, repor
         report.push_str(&run.summary);
         timings.binaries.extend(run.times);
         all_ok &= run.ok;
+    }
+    for unit in &units {
+        let left = queue.left(&unit.unit());
+        if !left.is_empty() {
+            report.push_str(&format!("MATRIX never-run {}: {}\n", unit.unit(), left.join(", ")));
+            all_ok = false;
+        }
     }
     if !all_ok {
         bail!("the kernel matrix failed (consoles in target/vm/console-*.log)");

@@ -140,7 +140,7 @@ fn measure_kernel(
     fs::write(&script, s)?;
     run_cmd(std::process::Command::new("chmod").arg("+x").arg(&script))?;
     println!("bench: program cost in {} ({}), software emulation", kernel.version, kernel.series);
-    let guest = vm::boot(kernel, &script, &out, 1500)?;
+    let guest = vm::boot(kernel, &script, &[&out], 1500)?;
     fs::write(out.join("console.log"), &guest.console)?;
     if let Some(report) = guest.fault {
         bail!("the {} guest's kernel failed; it said:\n{report}", kernel.series);

@@ -347,6 +347,19 @@ impl Observer {
         })
     }
 
+    /// Every process with TIME_WAIT entries charged to it, and how many
+    /// (pid 0: sockets whose owner was not known): where an entry went
+    /// when the expected process is short of one.
+    pub fn time_wait_entries_by_process(&self) -> Vec<(u32, u64)> {
+        let mut by_pid = std::collections::BTreeMap::<u32, u64>::new();
+        for ((pid, _), counters) in &self.procs {
+            if counters.time_wait_entries > 0 {
+                *by_pid.entry(*pid).or_default() += counters.time_wait_entries;
+            }
+        }
+        by_pid.into_iter().collect()
+    }
+
     /// connect() failures of `pid` toward `dest` with `errno`.
     pub fn connect_errors(&self, pid: u32, dest: std::net::SocketAddr, errno: u32) -> u64 {
         self.errors

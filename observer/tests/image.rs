@@ -579,70 +579,78 @@ fn trace_in_the_pod(container: &str, variant: &str) {
     }
 }
 
-#[test]
-fn the_daemonset_container_counts_exactly() {
-    daemonset_container_counts_exactly("kubernetes");
-}
+/// The tests that need the image built (`cargo xtask test` runs them
+/// after the rest of the host suite, which runs beside the kernel matrix
+/// while the release image is built: xtask/src/test.rs, IMAGE_TESTS).
+mod with_the_image {
+    use super::*;
 
-#[test]
-fn the_least_privilege_container_counts_exactly() {
-    daemonset_container_counts_exactly("least-privilege");
-}
+    #[test]
+    fn the_daemonset_container_counts_exactly() {
+        daemonset_container_counts_exactly("kubernetes");
+    }
 
-/// What the image holds: the daemon, its libraries, the CA bundle; no
-/// shell, no compiler, no package manager. Its configuration is the
-/// Dockerfile's, so both ways of building give the same image.
-#[test]
-fn the_image_holds_the_daemon_and_nothing_else() {
-    let podman = podman();
-    let image = format!("localhost/observer:{}", env!("CARGO_PKG_VERSION"));
-    let name = format!("observer-test-{}-export", std::process::id());
-    podman.run(&["create", "--name", &name, &image]);
-    let _guard = Container { name: name.clone() };
-    let tar = podman.cmd().args(["export", &name]).output().unwrap();
-    assert!(tar.status.success());
-    let mut list = Command::new("tar")
-        .args(["-t"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        list.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    #[test]
+    fn the_least_privilege_container_counts_exactly() {
+        daemonset_container_counts_exactly("least-privilege");
     }
-    let listing = String::from_utf8(list.wait_with_output().unwrap().stdout).unwrap();
-    let files: Vec<&str> = listing.lines().filter(|l| !l.ends_with('/')).collect();
-    for want in ["usr/local/bin/observer", "etc/ssl/certs/ca-certificates.crt"] {
-        assert!(files.contains(&want), "{want} missing:\n{listing}");
-    }
-    let unwanted = ["sh", "bash", "busybox", "dash", "cc", "gcc", "ld", "rustc", "cargo", "apt", "apt-get", "dpkg"];
-    for file in &files {
-        let base = file.rsplit('/').next().unwrap();
-        assert!(!unwanted.contains(&base), "{file} does not belong in the image");
-        let allowed =
-            *file == "usr/local/bin/observer" || *file == "etc/ssl/certs/ca-certificates.crt" || file.contains(".so");
-        assert!(allowed, "{file}: only the daemon, its libraries and the CA bundle");
-    }
-    let size = podman.run(&["image", "inspect", "--format", "{{.Size}}", &image]);
-    let archive_size = std::fs::metadata(archive()).unwrap().len();
-    println!("image: {} files, {} bytes unpacked, archive {archive_size} bytes", files.len(), size.trim());
 
-    // The Dockerfile's image configuration is the archive's.
-    let config: Json =
-        serde_json::from_str(&podman.run(&["image", "inspect", "--format", "{{json .Config}}", &image])).unwrap();
-    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).unwrap();
-    let image_stage = &dockerfile[dockerfile.find("FROM scratch").expect("a scratch stage")..];
-    let line = |key: &str| {
-        image_stage.lines().find_map(|l| l.strip_prefix(&format!("{key} "))).unwrap_or_else(|| panic!("no {key}"))
-    };
-    assert_eq!(serde_json::from_str::<Json>(line("ENTRYPOINT")).unwrap(), config["Entrypoint"]);
-    assert_eq!(serde_json::from_str::<Json>(line("CMD")).unwrap(), config["Cmd"]);
-    assert!(config["ExposedPorts"].get(format!("{}/tcp", line("EXPOSE"))).is_some(), "{config}");
-    assert!(config["Env"].as_array().unwrap().iter().any(|e| *e == line("ENV")), "{config}");
-    // The DaemonSet's arguments are the image's default command.
-    let docs = documents(&kustomize("deploy/kubernetes"));
-    assert_eq!(pod_spec(&docs)["containers"][0]["args"], config["Cmd"]);
+    /// What the image holds: the daemon, its libraries, the CA bundle; no
+    /// shell, no compiler, no package manager. Its configuration is the
+    /// Dockerfile's, so both ways of building give the same image.
+    #[test]
+    fn the_image_holds_the_daemon_and_nothing_else() {
+        let podman = podman();
+        let image = format!("localhost/observer:{}", env!("CARGO_PKG_VERSION"));
+        let name = format!("observer-test-{}-export", std::process::id());
+        podman.run(&["create", "--name", &name, &image]);
+        let _guard = Container { name: name.clone() };
+        let tar = podman.cmd().args(["export", &name]).output().unwrap();
+        assert!(tar.status.success());
+        let mut list = Command::new("tar")
+            .args(["-t"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write as _;
+            list.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+        }
+        let listing = String::from_utf8(list.wait_with_output().unwrap().stdout).unwrap();
+        let files: Vec<&str> = listing.lines().filter(|l| !l.ends_with('/')).collect();
+        for want in ["usr/local/bin/observer", "etc/ssl/certs/ca-certificates.crt"] {
+            assert!(files.contains(&want), "{want} missing:\n{listing}");
+        }
+        let unwanted = ["sh", "bash", "busybox", "dash", "cc", "gcc", "ld", "rustc", "cargo", "apt", "apt-get", "dpkg"];
+        for file in &files {
+            let base = file.rsplit('/').next().unwrap();
+            assert!(!unwanted.contains(&base), "{file} does not belong in the image");
+            let allowed = *file == "usr/local/bin/observer"
+                || *file == "etc/ssl/certs/ca-certificates.crt"
+                || file.contains(".so");
+            assert!(allowed, "{file}: only the daemon, its libraries and the CA bundle");
+        }
+        let size = podman.run(&["image", "inspect", "--format", "{{.Size}}", &image]);
+        let archive_size = std::fs::metadata(archive()).unwrap().len();
+        println!("image: {} files, {} bytes unpacked, archive {archive_size} bytes", files.len(), size.trim());
+
+        // The Dockerfile's image configuration is the archive's.
+        let config: Json =
+            serde_json::from_str(&podman.run(&["image", "inspect", "--format", "{{json .Config}}", &image])).unwrap();
+        let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).unwrap();
+        let image_stage = &dockerfile[dockerfile.find("FROM scratch").expect("a scratch stage")..];
+        let line = |key: &str| {
+            image_stage.lines().find_map(|l| l.strip_prefix(&format!("{key} "))).unwrap_or_else(|| panic!("no {key}"))
+        };
+        assert_eq!(serde_json::from_str::<Json>(line("ENTRYPOINT")).unwrap(), config["Entrypoint"]);
+        assert_eq!(serde_json::from_str::<Json>(line("CMD")).unwrap(), config["Cmd"]);
+        assert!(config["ExposedPorts"].get(format!("{}/tcp", line("EXPOSE"))).is_some(), "{config}");
+        assert!(config["Env"].as_array().unwrap().iter().any(|e| *e == line("ENV")), "{config}");
+        // The DaemonSet's arguments are the image's default command.
+        let docs = documents(&kustomize("deploy/kubernetes"));
+        assert_eq!(pod_spec(&docs)["containers"][0]["args"], config["Cmd"]);
+    }
 }
 
 /// A checkout anywhere (here 200 characters deep) gives podman a runroot

@@ -108,28 +108,54 @@ fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> R
     timings.phase("build: the host's other test binaries", |_| {
         crate::run_cmd(cargo_test_as(nightly, true).arg("--no-run"))
     })?;
-    let image = timings
-        .phase("build: the release image", |_| image::run(&image::Options { rootfs: None, in_background: true }))?;
-    timings.phase("host: the test suite", |timings| {
-        let (ok, times) = timing::cargo_test(
-            cargo_test(nightly)
-                .arg("--no-fail-fast")
-                .args(&opts.args)
-                .env("OBSERVER_CHURN", churn)
-                .env("OBSERVER_IMAGE", &image)
-                // The tests that scrape observer with a real Prometheus server.
-                .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
-                .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
-                // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
-                .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
-                .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),
-        )?;
-        timings.binaries.extend(times);
-        if !ok {
-            bail!("the host suite failed (each failed binary is marked F or D in the table below)");
-        }
-        Ok(())
-    })
+    let build_image = |timings: &mut Timings| {
+        timings.phase("build: the release image", |_| image::run(&image::Options { rootfs: None, in_background: true }))
+    };
+    if !opts.args.is_empty() {
+        // Tests the user picked: the image first, for whichever they are.
+        let image = build_image(timings)?;
+        let mut suite = cargo_test(nightly);
+        suite.args(&opts.args).env("OBSERVER_IMAGE", &image);
+        return timings.phase("host: the test suite", |timings| run_suite(&mut suite, churn, timings));
+    }
+    // The suite but the image's tests first, while the guests run: its
+    // tests mostly wait (on rounds, on the kernel), and the release image,
+    // which only those need, builds in the CPU the guests leave (one run
+    // had the suite wait 815 s for it, past the guests' end).
+    let mut rest = cargo_test(nightly);
+    rest.args(["--", "--skip", IMAGE_TESTS]);
+    let rest =
+        timings.phase("host: the test suite but the image's tests", |timings| run_suite(&mut rest, churn, timings));
+    let image = build_image(timings)?;
+    let mut image_tests = cargo_test(nightly);
+    image_tests.args(["--test", "image", "--", IMAGE_TESTS]).env("OBSERVER_IMAGE", &image);
+    let image_tests = timings.phase("host: the image's tests", |timings| run_suite(&mut image_tests, churn, timings));
+    rest.and(image_tests)
+}
+
+/// The tests of tests/image.rs that need the image built: its module
+/// `with_the_image` (a libtest filter).
+const IMAGE_TESTS: &str = "with_the_image::";
+
+/// Run `suite` (a `cargo test`) with what the host's tests need, each
+/// binary's time into `timings`; an error if any failed.
+fn run_suite(suite: &mut Command, churn: &Path, timings: &mut Timings) -> Result<()> {
+    let (ok, times) = timing::cargo_test(
+        suite
+            .arg("--no-fail-fast")
+            .env("OBSERVER_CHURN", churn)
+            // The tests that scrape observer with a real Prometheus server.
+            .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
+            .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
+            // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
+            .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
+            .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),
+    )?;
+    timings.add_binaries(times);
+    if !ok {
+        bail!("the host suite failed (each failed binary is marked F or D in the table below)");
+    }
+    Ok(())
 }
 
 /// `cargo test` as every part of the suite builds it. The matrix snapshots

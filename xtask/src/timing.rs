@@ -52,6 +52,23 @@ impl Timings {
         self.binaries.extend(other.binaries);
     }
 
+    /// Take in the times of test binaries; a binary run again in the same
+    /// place (the host suite runs tests/image.rs in two passes) stays one
+    /// row, its times added, failed if either run failed.
+    pub fn add_binaries(&mut self, times: Vec<BinaryTime>) {
+        for time in times {
+            match self.binaries.iter_mut().find(|b| b.binary == time.binary && b.place == time.place) {
+                Some(earlier) => {
+                    earlier.wall += time.wall;
+                    if earlier.outcome == "ok" {
+                        earlier.outcome = time.outcome;
+                    }
+                }
+                None => self.binaries.push(time),
+            }
+        }
+    }
+
     /// Run `phase` and note how long it took, whether or not it failed.
     pub fn phase<T>(&mut self, name: &str, phase: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let started = Instant::now();
@@ -200,6 +217,21 @@ fn binary_started(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_run_in_two_passes_is_one_row() {
+        let time = |secs, outcome| BinaryTime {
+            place: "host".into(),
+            binary: "image".into(),
+            wall: Duration::from_secs(secs),
+            outcome,
+        };
+        let mut timings = Timings::default();
+        timings.add_binaries(vec![time(1, "ok")]);
+        timings.add_binaries(vec![time(15, "FAILED")]);
+        assert_eq!(timings.binaries.len(), 1);
+        assert_eq!((timings.binaries[0].wall, timings.binaries[0].outcome), (Duration::from_secs(16), "FAILED"));
+    }
 
     #[test]
     fn names_each_binary_cargo_runs() {

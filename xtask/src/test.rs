@@ -114,22 +114,19 @@ fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> R
     if !opts.args.is_empty() {
         // Tests the user picked: the image first, for whichever they are.
         let image = build_image(timings)?;
-        let mut suite = cargo_test(nightly);
-        suite.args(&opts.args).env("OBSERVER_IMAGE", &image);
-        return timings.phase("host: the test suite", |timings| run_suite(&mut suite, churn, timings));
+        return timings.phase("host: the test suite", |timings| run_suite(nightly, &opts.args, churn, &image, timings));
     }
     // The suite but the image's tests first, while the guests run: its
     // tests mostly wait (on rounds, on the kernel), and the release image,
     // which only those need, builds in the CPU the guests leave (one run
     // had the suite wait 815 s for it, past the guests' end).
-    let mut rest = cargo_test(nightly);
-    rest.args(["--", "--skip", IMAGE_TESTS]);
-    let rest =
-        timings.phase("host: the test suite but the image's tests", |timings| run_suite(&mut rest, churn, timings));
+    let rest = timings.phase("host: the test suite but the image's tests", |timings| {
+        run_suite(nightly, &["--", "--skip", IMAGE_TESTS], churn, Path::new(""), timings)
+    });
     let image = build_image(timings)?;
-    let mut image_tests = cargo_test(nightly);
-    image_tests.args(["--test", "image", "--", IMAGE_TESTS]).env("OBSERVER_IMAGE", &image);
-    let image_tests = timings.phase("host: the image's tests", |timings| run_suite(&mut image_tests, churn, timings));
+    let image_tests = timings.phase("host: the image's tests", |timings| {
+        run_suite(nightly, &["--test", "image", "--", IMAGE_TESTS], churn, &image, timings)
+    });
     rest.and(image_tests)
 }
 
@@ -137,13 +134,24 @@ fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> R
 /// `with_the_image` (a libtest filter).
 const IMAGE_TESTS: &str = "with_the_image::";
 
-/// Run `suite` (a `cargo test`) with what the host's tests need, each
-/// binary's time into `timings`; an error if any failed.
-fn run_suite(suite: &mut Command, churn: &Path, timings: &mut Timings) -> Result<()> {
+/// Run the host's `cargo test` with `args` (cargo's, then libtest's
+/// after `--`) and what its tests need (`image`: the release image's
+/// archive, for tests/image.rs), each binary's time into `timings`; an
+/// error if any failed.
+fn run_suite<S: AsRef<std::ffi::OsStr>>(
+    nightly: &str,
+    args: &[S],
+    churn: &Path,
+    image: &Path,
+    timings: &mut Timings,
+) -> Result<()> {
     let (ok, times) = timing::cargo_test(
-        suite
+        cargo_test(nightly)
+            // Before `args`: theirs may end with libtest's, after `--`.
             .arg("--no-fail-fast")
+            .args(args)
             .env("OBSERVER_CHURN", churn)
+            .env("OBSERVER_IMAGE", image)
             // The tests that scrape observer with a real Prometheus server.
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))

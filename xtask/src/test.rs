@@ -114,18 +114,33 @@ fn host(nightly: &str, churn: &Path, opts: &Options, timings: &mut Timings) -> R
     if !opts.args.is_empty() {
         // Tests the user picked: the image first, for whichever they are.
         let image = build_image(timings)?;
-        return timings.phase("host: the test suite", |timings| run_suite(nightly, &opts.args, churn, &image, timings));
+        return timings
+            .phase("host: the test suite", |timings| run_suite(nightly, &opts.args, churn, Some(&image), timings));
     }
-    // The suite but the image's tests first, while the guests run: its
-    // tests mostly wait (on rounds, on the kernel), and the release image,
-    // which only those need, builds in the CPU the guests leave (one run
-    // had the suite wait 815 s for it, past the guests' end).
-    let rest = timings.phase("host: the test suite but the image's tests", |timings| {
-        run_suite(nightly, &["--", "--skip", IMAGE_TESTS], churn, Path::new(""), timings)
+    // The suite but the image's tests, while the guests run, and the
+    // release image, which only those need, built beside it in the CPU the
+    // guests and the suite leave: the suite's tests mostly wait (on rounds,
+    // on the kernel), and cargo holds no lock while tests run. Built after
+    // the suite, the image was the run's longest path (888 s at nice 19,
+    // ending ~6 minutes after the guests).
+    let (rest, image) = std::thread::scope(|scope| {
+        let image = scope.spawn(|| {
+            let mut beside = Timings::default();
+            let image = build_image(&mut beside);
+            (image, beside)
+        });
+        let rest = timings.phase("host: the test suite but the image's tests", |timings| {
+            run_suite(nightly, &["--", "--skip", IMAGE_TESTS], churn, None, timings)
+        });
+        let (image, beside) = image.join().expect("the release image's thread panicked");
+        timings
+            .phases
+            .extend(beside.phases.into_iter().map(|(name, wall)| (format!("{name} (beside the suite)"), wall)));
+        (rest, image)
     });
-    let image = build_image(timings)?;
+    let image = image?;
     let image_tests = timings.phase("host: the image's tests", |timings| {
-        run_suite(nightly, &["--test", "image", "--", IMAGE_TESTS], churn, &image, timings)
+        run_suite(nightly, &["--test", "image", "--", IMAGE_TESTS], churn, Some(&image), timings)
     });
     rest.and(image_tests)
 }
@@ -136,22 +151,25 @@ const IMAGE_TESTS: &str = "with_the_image::";
 
 /// Run the host's `cargo test` with `args` (cargo's, then libtest's
 /// after `--`) and what its tests need (`image`: the release image's
-/// archive, for tests/image.rs), each binary's time into `timings`; an
-/// error if any failed.
+/// archive, for tests/image.rs's `with_the_image`; None where those do not
+/// run), each binary's time into `timings`; an error if any failed.
 fn run_suite<S: AsRef<std::ffi::OsStr>>(
     nightly: &str,
     args: &[S],
     churn: &Path,
-    image: &Path,
+    image: Option<&Path>,
     timings: &mut Timings,
 ) -> Result<()> {
+    let mut cmd = cargo_test(nightly);
+    if let Some(image) = image {
+        cmd.env("OBSERVER_IMAGE", image);
+    }
     let (ok, times) = timing::cargo_test(
-        cargo_test(nightly)
+        cmd
             // Before `args`: theirs may end with libtest's, after `--`.
             .arg("--no-fail-fast")
             .args(args)
             .env("OBSERVER_CHURN", churn)
-            .env("OBSERVER_IMAGE", image)
             // The tests that scrape observer with a real Prometheus server.
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))

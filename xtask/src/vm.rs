@@ -368,7 +368,14 @@ pub fn run_guest(kernel: &Kernel, bins: &GuestBinaries, queue: &Queue, instance:
         boot.summary,
         kernel.version,
         unended.len(),
-        if given_back { ", given back to the queue" } else { " and fail: this kernel failed once before" },
+        if given_back {
+            ", given back to the queue".to_string()
+        } else {
+            format!(
+                " and fail: one met a failed kernel before, or the matrix is past the {} kernel failures it re-runs",
+                queue::KERNEL_FAILURES_RERUN
+            )
+        },
     );
     Ok(KernelRun { summary, ok: !failed_before && (given_back || unended.is_empty()), times, kernel_failed: true })
 }

@@ -8,7 +8,12 @@
 //! takes it with `mv` into taken/ before running it. The guests see the
 //! directory through 9p, where a rename is the host's rename(2): of two
 //! guests, one gets the run, the other's `mv` fails.
-use std::{collections::HashMap, fs, path::PathBuf, sync::Mutex};
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    path::PathBuf,
+    sync::Mutex,
+};
 
 use anyhow::{Context as _, Result};
 
@@ -26,7 +31,7 @@ struct State {
     guests: HashMap<String, u32>,
     /// The runs given back once (`key`): a guest's kernel failed while
     /// running them.
-    given_back: std::collections::HashSet<String>,
+    given_back: HashSet<String>,
     /// Kernel failures in the whole matrix.
     faults: u32,
 }
@@ -107,8 +112,8 @@ impl Queue {
     /// them: back into the queue, for another guest (true), unless one of
     /// them met a failed kernel before (a run that fails its kernel twice
     /// fails) or the matrix has had `KERNEL_FAILURES_RERUN` already (false).
-    /// Per run, not per kernel: one cc run of the emulated 6.12 kernel took
-    /// the stale int3 twice, in two different tests (README).
+    /// Per run, not per kernel: in one clean-clone run the emulated 6.12
+    /// kernel took the stale int3 twice, in two different tests (README).
     pub fn give_back(&self, unit: &str, tests: &[String]) -> Result<bool> {
         let mut state = self.state.lock().unwrap();
         state.faults += 1;

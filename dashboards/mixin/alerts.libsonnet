@@ -370,7 +370,19 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
           },
           {
             alert: 'ObserverConnectionReuseMissing',
+            // Two shapes of one cause. First, relative to the ports: half of
+            // those a destination can use held by TIME_WAIT of connections
+            // closed here, at any range and any rate (200 ports run out at
+            // 3 closes a second). Second, a churn that will run a wide range
+            // out later: many new connections a second, most short-lived.
             expr: |||
+              (
+                max by (%(clusterLabel)s, host_name, observer_network_namespace, k8s_namespace_name, k8s_pod_name, source_address, server_address, server_port) (observer_ephemeral_port_time_wait{%(observerSelector)s})
+                  / on (%(clusterLabel)s, host_name, observer_network_namespace) group_left ()
+                max by (%(clusterLabel)s, host_name, observer_network_namespace) (observer_ephemeral_port_limit{%(observerSelector)s})
+                  >= %(connectionReuseTimeWaitShare)g
+              )
+              or
               (
                 histogram_quantile(0.5, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, server_address, server_port, le) (label_replace(rate(observer_tcp_connections_closed_total{%(observerSelector)s, observer_connection_direction="outbound"}[5m]), "le", "$1", "observer_le", "(.*)")))
                   < %(connectionShortLifetimeSeconds)g
@@ -381,13 +393,15 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
                   > %(connectionChurnWarningPerSecond)g
               )
             ||| % $._config,
-            'for': '5m',
+            // TIME_WAIT lasts a minute: half the ports held for 30 s is a
+            // churn that goes on, and leaves the other half for ~30 s more.
+            'for': '30s',
             labels: { severity: 'warning' },
             annotations: {
-              summary: '{{ $labels.process_executable_name }} opens a new connection to {{ $labels.server_address }}:{{ $labels.server_port }} for almost every use (median life {{ $value | humanizeDuration }})',
+              summary: '{{ if $labels.observer_network_namespace }}{{ $labels.host_name }}: no connection reuse toward {{ $labels.server_address }}:{{ $labels.server_port }}, {{ $value | humanizePercentage }} of its ports held by TIME_WAIT of connections closed here{{ else }}{{ $labels.process_executable_name }} opens a new connection to {{ $labels.server_address }}:{{ $labels.server_port }} for almost every use (median life {{ $value | humanizeDuration }}){{ end }}',
               description: |||
-                {{ $labels.process_executable_name }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} opens more than %(connectionChurnWarningPerSecond)g connections per second to {{ $labels.server_address }}:{{ $labels.server_port }}, and half of them live less than {{ $value | humanizeDuration }}: connections are not reused (no keep-alive, a pool too small, HTTP/2 off). Each one costs a handshake, a local port and a TIME_WAIT entry; this is how the port-exhaustion incident began.
-              ||| % $._config,
+                {{ if $labels.observer_network_namespace }}In %(netns)s on {{ $labels.host_name }}, {{ $value | humanizePercentage }} of the local ports connect() can use toward {{ $labels.server_address }}:{{ $labels.server_port }} (from {{ $labels.source_address }}) are held by TIME_WAIT: connections this side opened and closed within the last minute. That is the cause when its ports run out (EADDRNOTAVAIL): connections are not reused (no keep-alive, a new connection per request or per retry). `observer doctor` on the node names it; the avalanche board's new connections by process toward it name the process.{{ else }}{{ $labels.process_executable_name }} in {{ $labels.k8s_namespace_name }}/{{ $labels.k8s_pod_name }} on {{ $labels.host_name }} opens more than %(rate)g connections per second to {{ $labels.server_address }}:{{ $labels.server_port }}, and half of them live less than {{ $value | humanizeDuration }}: connections are not reused (no keep-alive, a pool too small, HTTP/2 off). Each one costs a handshake, a local port and a TIME_WAIT entry; this is how the port-exhaustion incident began.{{ end }}
+              ||| % { netns: netns, rate: $._config.connectionChurnWarningPerSecond },
               runbook_url: $._config.runbookURLPattern % 'ObserverConnectionReuseMissing',
             },
           },

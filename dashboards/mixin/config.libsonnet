@@ -31,6 +31,10 @@
     // within a minute, to at least connectionSurgeMinimum, are a surge.
     connectionSurgeFactor: 10,
     connectionSurgeMinimum: 1000,
+    // The share of a destination's ports held by TIME_WAIT of connections
+    // closed here at which missing reuse is named (doctor's
+    // connection-reuse warning, ceilings/checks.rs REUSE_WARNING_SHARE).
+    connectionReuseTimeWaitShare: 0.5,
     // New connections per second toward one destination whose median
     // lifetime is under connectionShortLifetimeSeconds: no reuse.
     connectionChurnWarningPerSecond: 50,

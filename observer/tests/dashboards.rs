@@ -20,6 +20,7 @@ use common::{
     incidents::{Culprits, reproduce_incidents},
     prometheus::Prometheus,
     tool,
+    web::{CurlLoop, Nginx, Wrk, narrow_range},
 };
 use observer::export::contract;
 use serde_json::Value;
@@ -503,4 +504,51 @@ fn the_declared_limit_alert_holds_on_real_connections() {
          max(observer_tcp_connection_limit{server_port=\"5432\"})",
     );
     assert_eq!(ratio.iter().map(|(_, v)| *v).collect::<Vec<_>>(), [17.0 / 20.0]);
+}
+
+/// The port-exhaustion incident replayed as a new user would (nginx, 200
+/// ports, a new connection per request closed first by the client, each
+/// failure retried 3 times: a curl loop): ObserverConnectionReuseMissing,
+/// unchanged from alerts.yaml, fires for the replay's namespace and
+/// destination within 60 s of the replay's start (so within 60 s of its
+/// first EADDRNOTAVAIL, which comes later), while a pool (wrk holding 150
+/// of its 200 ports open, toward its own nginx) runs beside it all along
+/// and is never even pending.
+#[test]
+fn missing_reuse_alerts_within_a_minute_of_a_replayed_exhaustion_and_never_for_a_pool() {
+    use std::os::unix::fs::MetadataExt as _;
+    let inode = |ns: &observer_testing::Netns| std::fs::metadata(ns.path()).unwrap().ino();
+    let daemon = start_daemon_with_env(&[], &[]);
+    let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
+    let pooled = narrow_range();
+    let _pool_server = Nginx::start(&pooled, "127.0.0.1:8080");
+    let pool = Wrk::start(&pooled, "http://127.0.0.1:8080/", 150, Duration::from_secs(120));
+    pool.until_open(&pooled, 150);
+
+    let replay = narrow_range();
+    let _nginx = Nginx::start(&replay, "127.0.0.1:8080");
+    let start = std::time::Instant::now();
+    let client = CurlLoop::start(&replay, "http://127.0.0.1:8080/", 4);
+    let alert = |ns: &observer_testing::Netns, state: &str| {
+        format!(
+            "ALERTS{{alertname=\"ObserverConnectionReuseMissing\", {state}observer_network_namespace=\"{}\"}}",
+            inode(ns)
+        )
+    };
+    let firing = prometheus.query_until_found(&alert(&replay, "alertstate=\"firing\", "), Duration::from_secs(60));
+    let took = start.elapsed();
+    assert_eq!(firing.len(), 1, "not firing within 60 s: {firing:?}\n{}", daemon.log());
+    assert!(took <= Duration::from_secs(60), "fired {took:?} after the replay's start");
+    assert!(client.eaddrnotavail() > 0, "the replay must meet EADDRNOTAVAIL (fired after {took:?})");
+    let labels = &firing[0].0;
+    assert_eq!((labels["server_address"].as_str(), labels["server_port"].as_str()), (Some("127.0.0.1"), Some("8080")));
+
+    // The pool held most of its ports open the whole time, pending never.
+    let pool_ports = prometheus.query(&format!(
+        "min_over_time(observer_ephemeral_port_usage{{observer_network_namespace=\"{}\", server_port=\"8080\"}}[30s])",
+        inode(&pooled)
+    ));
+    assert!(pool_ports.iter().any(|(_, v)| *v >= 150.0), "the pool's ports: {pool_ports:?}");
+    let pool_alerts = prometheus.query(&format!("max_over_time({}[5m])", alert(&pooled, "")));
+    assert!(pool_alerts.is_empty(), "a pool that reuses its connections: {pool_alerts:?}");
 }

@@ -3,11 +3,12 @@
 //! setting, the verdict and the exit code must follow, worst first.
 mod common;
 
-use std::process::Command;
+use std::{process::Command, time::Duration};
 
 use common::{
     daemon::OBSERVER,
     pods::{Dirs, cgroup2_root},
+    web::{CurlLoop, Nginx, Wrk, narrow_range},
 };
 use observer_testing::Netns;
 use serde_json::Value;
@@ -216,11 +217,12 @@ fn time_wait_sockets_equal_ss_and_near_their_ceiling_warn() {
     assert_eq!(code, 1, "the worst is a warning: {report:#}");
 }
 
-/// The second incident's client, a new connection per request: 3,200
-/// connections opened and closed first by the client toward one server,
-/// 6 held toward another. The first is "no connection reuse" (its
-/// TIME_WAIT sockets, the connections closed here within the minute, as
-/// `ss` lists them, past 50 a second), the second is not.
+/// The second incident's client at a wide port range (the default, 28,232
+/// ports), a new connection per request: 3,200 connections opened and
+/// closed first by the client toward one server, 6 held toward another.
+/// The first is "no connection reuse" (its TIME_WAIT sockets, the
+/// connections closed here within the minute, as `ss` lists them, past 50
+/// a second though far from the ports' end), the second is not.
 #[test]
 fn a_client_without_connection_reuse_is_named_with_its_destination() {
     let ns = Netns::new();
@@ -241,9 +243,14 @@ fn a_client_without_connection_reuse_is_named_with_its_destination() {
     let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
     let churned = find(&report, "connection-reuse", "-> 127.0.0.1:7400");
     assert_eq!(churned["used"], time_wait_toward("127.0.0.1:7400"), "TIME_WAIT toward it, as ss lists: {churned}");
-    assert_eq!((&churned["limit"], &churned["verdict"]), (&3000.into(), &"warning".into()), "{churned}");
+    let range = &report["namespaces"][0]["settings"]["ip_local_port_range"];
+    let ports = range[1].as_u64().unwrap() - range[0].as_u64().unwrap() + 1;
+    assert_eq!((&churned["limit"], &churned["verdict"]), (&ports.into(), &"warning".into()), "{churned}");
     let subject = churned["subject"].as_str().unwrap();
-    assert!(subject.contains("/s closed here") && subject.ends_with(", 0 open"), "{subject}");
+    assert!(
+        subject.contains("ports held by TIME_WAIT of connections closed here") && subject.ends_with(", 0 open"),
+        "{subject}"
+    );
     assert!(churned["next_step"].as_str().unwrap().contains("keep-alive"), "{churned}");
     assert!(
         !findings(&report, "connection-reuse").iter().any(|f| f["subject"].as_str().unwrap().contains(":7401")),
@@ -255,6 +262,60 @@ fn a_client_without_connection_reuse_is_named_with_its_destination() {
     let table = String::from_utf8_lossy(&out.stdout);
     let line = table.lines().find(|l| l.starts_with("WARNING")).unwrap_or_else(|| panic!("{table}"));
     assert!(line.contains("connection-reuse") && line.contains("no connection reuse toward it"), "{table}");
+}
+
+/// TIME_WAIT sockets `ss` lists toward `dst` in `ns`.
+fn time_wait_toward(ns: &Netns, dst: &str) -> u64 {
+    let out = ns.command("ss").args(["-Htan", "state", "time-wait", "dst", dst]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count() as u64
+}
+
+/// The port-exhaustion incident replayed as a new user would: nginx, a
+/// range of 200 ports, and a client that opens a new connection per
+/// request, closes it first and retries each failure 3 times (curl, in 4
+/// loops). Once connect() fails with EADDRNOTAVAIL, doctor's first line
+/// names the cause, not the symptom: no connection reuse, the ports
+/// toward nginx held by TIME_WAIT of connections closed here, as many as
+/// `ss` lists. Beside it, a pool (wrk) holding 150 of its 200 ports open
+/// toward its own nginx is near its ports' end but never named.
+#[test]
+fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
+    let replay = narrow_range();
+    let _nginx = Nginx::start(&replay, "127.0.0.1:8080");
+    let client = CurlLoop::start(&replay, "http://127.0.0.1:8080/", 4);
+    assert!(client.until_exhausted(Duration::from_secs(60)), "the client must meet EADDRNOTAVAIL");
+
+    let path = replay.path().display().to_string();
+    let before = time_wait_toward(&replay, "127.0.0.1:8080");
+    let (code, report) = doctor(&["--netns", &path]);
+    let after = time_wait_toward(&replay, "127.0.0.1:8080");
+    let cause = &report["findings"][0];
+    assert_eq!((&cause["check"], &cause["verdict"]), (&"connection-reuse".into(), &"critical".into()), "{report:#}");
+    assert!(cause["subject"].as_str().unwrap().contains("-> 127.0.0.1:8080: "), "{cause}");
+    let used = cause["used"].as_u64().unwrap();
+    assert!((before.min(after)..=before.max(after)).contains(&used), "ss listed {before} then {after}: {cause}");
+    assert_eq!(cause["limit"], 200, "{cause}");
+    assert_eq!(code, 2);
+    let out = Command::new(OBSERVER).args(["doctor", "--netns", &path]).output().unwrap();
+    let summary = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
+    assert!(
+        summary.contains("cause: no connection reuse 127.0.0.1 -> 127.0.0.1:8080: ")
+            && summary.contains(" of 200 ports held by TIME_WAIT of connections closed here"),
+        "{summary}"
+    );
+
+    let pooled = narrow_range();
+    let _pool_server = Nginx::start(&pooled, "127.0.0.1:8080");
+    let pool = Wrk::start(&pooled, "http://127.0.0.1:8080/", 150, Duration::from_secs(60));
+    pool.until_open(&pooled, 150);
+    let (code, report) = doctor(&["--netns", &pooled.path().display().to_string()]);
+    assert!(
+        findings(&report, "connection-reuse").iter().all(|f| f["verdict"] == "ok"),
+        "a pool reuses its connections: {report:#}"
+    );
+    let ports = find(&report, "ephemeral-ports", "-> 127.0.0.1:8080");
+    assert_eq!(ports["verdict"], "warning", "150 of 200 ports held open: {ports}");
+    assert_eq!(code, 1, "{report:#}");
 }
 
 #[test]

@@ -26,6 +26,10 @@ const PACKAGES: &[(&str, &str)] = &[
     ("jsonnet", "jsonnet"),
     ("tmux", "tmux"),
     ("bpftool", "bpftool"),
+    // Real clients for the incidents' replays: a pool (wrk keeps its
+    // connections alive) and a new connection per request (a curl loop).
+    ("wrk", "wrk"),
+    ("curl", "curl"),
 ];
 
 /// Where setup installs its tools.
@@ -40,6 +44,7 @@ pub fn run() -> Result<toolchain::Nightly> {
     tracefs()?;
     debian_packages()?;
     prometheus()?;
+    nginx()?;
     kubernetes_tools()?;
     container_tools()?;
     Ok(nightly)
@@ -108,29 +113,47 @@ pub fn prometheus_bin(program: &str) -> PathBuf {
     tools_dir().join("prometheus/usr/bin").join(program)
 }
 
+/// nginx, the real server the doctor and alert tests replay the incidents
+/// against: unpacked likewise (installing it starts a server on port 80).
+pub fn nginx_bin() -> PathBuf {
+    tools_dir().join("nginx/usr/sbin/nginx")
+}
+
 fn prometheus() -> Result<()> {
-    if prometheus_bin("prometheus").exists() && prometheus_bin("promtool").exists() {
+    unpacked("prometheus", &[prometheus_bin("prometheus"), prometheus_bin("promtool")])
+}
+
+fn nginx() -> Result<()> {
+    unpacked("nginx", &[nginx_bin()])
+}
+
+/// Debian's `package` unpacked into target/tools/`package` (not installed:
+/// no service started, no maintainer script run), unless `binaries` are
+/// there already. Its libraries must be on the machine (those of nginx and
+/// prometheus are in Debian's base).
+fn unpacked(package: &str, binaries: &[PathBuf]) -> Result<()> {
+    if binaries.iter().all(|b| b.exists()) {
         return Ok(());
     }
-    println!("setup: fetching Debian's prometheus package into {}", tools_dir().join("prometheus").display());
-    let download = tools_dir().join("prometheus-download");
+    println!("setup: fetching Debian's {package} package into {}", tools_dir().join(package).display());
+    let download = tools_dir().join(format!("{package}-download"));
     let _ = fs::remove_dir_all(&download);
     fs::create_dir_all(&download)?;
     // apt fetches as its own user (_apt) when it may write there.
     fs::set_permissions(&download, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q", "prometheus"]).status();
+    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q", package]).status();
     if !fetch().is_ok_and(|s| s.success()) {
         // A fresh machine may have no package lists yet.
         run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q", "prometheus"]))
-            .context("cannot download the prometheus package")?;
+        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q", package]))
+            .with_context(|| format!("cannot download the {package} package"))?;
     }
     let deb = fs::read_dir(&download)?
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
         .context("apt-get download left no .deb")?;
-    run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(tools_dir().join("prometheus")))?;
+    run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(tools_dir().join(package)))?;
     fs::remove_dir_all(&download)?;
     Ok(())
 }

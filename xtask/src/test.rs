@@ -173,6 +173,7 @@ fn run_suite<S: AsRef<std::ffi::OsStr>>(
             // The tests that scrape observer with a real Prometheus server.
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
+            .env("OBSERVER_NGINX", setup::nginx_bin())
             // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
             .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
             .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),

@@ -51,10 +51,21 @@ pub enum Check {
     ConnectionReuse,
 }
 
+/// The share of the ports one destination can use held by TIME_WAIT of
+/// connections this side closed, at which doctor says the missing reuse
+/// is what uses them up (warning), and at which it is what runs them out
+/// (critical): the mixin's `connectionReuseTimeWaitShare` is the first.
+/// Relative to the port range, so that it names the cause at any range
+/// and any rate: 200 ports held by 3 closes a second are exhausted as
+/// surely as 28,000 by 470.
+pub const REUSE_WARNING_SHARE: f64 = 0.5;
+pub const REUSE_CRITICAL_SHARE: f64 = 0.8;
+
 /// New connections per second toward one destination, each closed first by
-/// this side within the minute, at which doctor says "no connection reuse":
-/// the rate of the mixin's ObserverConnectionReuseMissing
-/// (`connectionChurnWarningPerSecond`).
+/// this side within the minute, at which doctor says "no connection reuse"
+/// whatever the ports (a wide range is far from running out, but each one
+/// costs a handshake and a TIME_WAIT entry): the rate of the mixin's
+/// ObserverConnectionReuseMissing (`connectionChurnWarningPerSecond`).
 pub const REUSE_WARNING_PER_SECOND: u64 = 50;
 
 /// How long a connection closed first stays in TIME_WAIT (TCP_TIMEWAIT_LEN,
@@ -62,7 +73,9 @@ pub const REUSE_WARNING_PER_SECOND: u64 = 50;
 /// connections this side closed in the last minute.
 pub const TIME_WAIT_SECONDS: u64 = 60;
 
-/// TIME_WAIT sockets toward one destination at which doctor warns.
+/// TIME_WAIT sockets toward one destination at which doctor warns, if more
+/// than the connections open toward it (a large pool that recycles its
+/// connections closes many and still reuses them).
 pub const REUSE_WARNING_TIME_WAIT: u64 = REUSE_WARNING_PER_SECOND * TIME_WAIT_SECONDS;
 
 impl Check {
@@ -83,10 +96,17 @@ impl Check {
             Check::EphemeralPorts | Check::TimeWait | Check::OpenFiles | Check::Conntrack => (0.7, 0.9),
             // A full queue drops connections; half full means it is not drained.
             Check::AcceptQueue => (0.5, 0.9),
-            // A pattern, not a ceiling: the ephemeral ports' check says
-            // when it becomes critical.
-            Check::ConnectionReuse => (1.0, f64::INFINITY),
+            // Of the ports one destination can use (`Finding::reuse` also
+            // warns at a rate, whatever the ports).
+            Check::ConnectionReuse => (REUSE_WARNING_SHARE, REUSE_CRITICAL_SHARE),
         }
+    }
+
+    /// Whether a finding of this check names a cause that other checks
+    /// show the symptoms of: at the same verdict, it comes first (the
+    /// ports run out *because* nothing reuses them).
+    fn is_cause(self) -> bool {
+        matches!(self, Check::ConnectionReuse)
     }
 
     pub fn next_step(self, verdict: Verdict) -> &'static str {
@@ -139,14 +159,34 @@ impl Finding {
         Self { verdict, check, netns: netns.to_string(), subject, used, limit, next_step: check.next_step(verdict) }
     }
 
+    /// Connection reuse toward one destination: its TIME_WAIT sockets (the
+    /// connections this side closed within the minute) against the ports
+    /// it can use; also a warning at `REUSE_WARNING_TIME_WAIT` of them when
+    /// they outnumber the connections open toward it, however wide the
+    /// range.
+    pub fn reuse(netns: &str, subject: String, time_wait: u64, open: u64, ports: u64) -> Self {
+        let mut finding = Self::new(Check::ConnectionReuse, netns, subject, time_wait, ports);
+        if finding.verdict == Verdict::Ok && time_wait >= REUSE_WARNING_TIME_WAIT && time_wait > open {
+            finding.verdict = Verdict::Warning;
+            finding.next_step = Check::ConnectionReuse.next_step(Verdict::Warning);
+        }
+        finding
+    }
+
     fn ratio(&self) -> f64 {
         if self.limit == 0 { f64::INFINITY } else { self.used as f64 / self.limit as f64 }
     }
 }
 
-/// Worst first: verdict, then how close to the limit.
+/// Worst first: verdict, then a cause before its symptoms, then how close
+/// to the limit.
 pub fn sort(findings: &mut [Finding]) {
-    findings.sort_by(|a, b| b.verdict.cmp(&a.verdict).then(b.ratio().total_cmp(&a.ratio())));
+    findings.sort_by(|a, b| {
+        b.verdict
+            .cmp(&a.verdict)
+            .then(b.check.is_cause().cmp(&a.check.is_cause()))
+            .then(b.ratio().total_cmp(&a.ratio()))
+    });
 }
 
 #[cfg(test)]
@@ -176,5 +216,27 @@ mod tests {
         assert_eq!(order, ["b", "d", "c", "a"]);
         assert_eq!(f[0].next_step, Check::EphemeralPorts.next_step(Verdict::Critical));
         assert_eq!(f[3].next_step, "-");
+    }
+
+    #[test]
+    fn missing_reuse_is_judged_against_the_ports_and_named_before_the_ports_it_exhausts() {
+        let reuse = |time_wait, open, ports| Finding::reuse("host", "d".into(), time_wait, open, ports).verdict;
+        // 200 ports, 3 closes a second: the whole range in TIME_WAIT.
+        assert_eq!(reuse(200, 0, 200), Verdict::Critical);
+        assert_eq!(reuse(100, 0, 200), Verdict::Warning);
+        // A pool holding most ports open, closing a few old ones.
+        assert_eq!(reuse(20, 150, 200), Verdict::Ok);
+        // The default range: 50 closes a second warn, unless a larger pool
+        // stays open beside them.
+        assert_eq!(reuse(3200, 0, 28232), Verdict::Warning);
+        assert_eq!(reuse(3200, 4000, 28232), Verdict::Ok);
+        assert_eq!(reuse(2000, 0, 28232), Verdict::Ok);
+
+        let mut f = vec![
+            Finding::new(Check::EphemeralPorts, "host", "ports".into(), 200, 200),
+            Finding::reuse("host", "reuse".into(), 200, 0, 200),
+        ];
+        sort(&mut f);
+        assert_eq!(f[0].check, Check::ConnectionReuse, "the cause first");
     }
 }

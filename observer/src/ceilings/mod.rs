@@ -2,10 +2,10 @@
 //! network namespace, from one reading of the node (`node`): ephemeral
 //! ports per destination against the port range, TIME_WAIT sockets against
 //! tcp_max_tw_buckets, each listener's accept queue against its backlog,
-//! each process's open files against RLIMIT_NOFILE, connections closed
-//! per destination (TIME_WAIT) against a churn that means no connection
-//! reuse; and the settings that bound them, each with a verdict and the
-//! next step.
+//! each process's open files against RLIMIT_NOFILE, the ports per
+//! destination held by TIME_WAIT of connections closed here (no
+//! connection reuse: the cause the others are symptoms of); and the
+//! settings that bound them, each with a verdict and the next step.
 pub mod checks;
 
 use std::{
@@ -110,13 +110,14 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
         })
         .collect();
     let paths = namespaces.clone();
-    // A namespace whose sockets could not give any destination the
-    // warning's share of its ports, nor the TIME_WAIT sockets of a missing
-    // connection reuse, is not dumped (a dump walks every socket of the
-    // node): its one finding says how many sockets hold ports.
-    let (warning, _) = Check::EphemeralPorts.thresholds();
+    // A namespace whose sockets could not give any destination a warning's
+    // share of its ports (held at all, or by TIME_WAIT), nor the TIME_WAIT
+    // sockets of a missing connection reuse, is not dumped (a dump walks
+    // every socket of the node): its one finding says how many sockets
+    // hold ports.
+    let share = Check::EphemeralPorts.thresholds().0.min(Check::ConnectionReuse.thresholds().0);
     let usages: Vec<(u32, Vec<sock_diag::Listener>, NetnsUsage)> =
-        sweep::once(namespaces, warning, checks::REUSE_WARNING_TIME_WAIT);
+        sweep::once(namespaces, share, checks::REUSE_WARNING_TIME_WAIT);
     let inodes = usages.iter().flat_map(|(_, listeners, _)| listeners.iter().map(|l| (l.inode, l.netns))).collect();
     let owners = owners::owners_among(proc_root, &processes, &inodes);
     let mut report = Report { namespaces: Vec::new(), findings: Vec::new() };
@@ -130,15 +131,9 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
                     let subject = format!("{} -> {}", d.source, d.destination);
                     report.findings.push(Finding::new(Check::EphemeralPorts, netns, subject, d.used.into(), limit));
                     if d.time_wait > 0 {
-                        let subject = format!(
-                            "{} -> {}: ~{}/s closed here in the last minute, {} open",
-                            d.source,
-                            d.destination,
-                            u64::from(d.time_wait) / checks::TIME_WAIT_SECONDS,
-                            d.established
-                        );
-                        let (used, limit) = (d.time_wait.into(), checks::REUSE_WARNING_TIME_WAIT);
-                        report.findings.push(Finding::new(Check::ConnectionReuse, netns, subject, used, limit));
+                        let subject = reuse_subject(d, limit);
+                        let (time_wait, open) = (d.time_wait.into(), d.established.into());
+                        report.findings.push(Finding::reuse(netns, subject, time_wait, open, limit));
                     }
                 }
                 let subject = "TIME-WAIT sockets".to_string();
@@ -176,6 +171,20 @@ pub fn examine(scope: &Scope, proc_root: &Path, pod_logs: PathBuf) -> Result<Rep
     open_files(scope, pod_pids.as_deref(), proc_root, &processes, &names, &mut identities, findings);
     checks::sort(&mut report.findings);
     Ok(report)
+}
+
+/// `127.0.0.1 -> 127.0.0.1:8080: 200 of 200 ports held by TIME_WAIT of
+/// connections closed here (~3/s in the last minute), 0 open`: what the
+/// summary line says when missing reuse is the worst.
+fn reuse_subject(d: &crate::node::usage::Destination, ports: u64) -> String {
+    format!(
+        "{} -> {}: {} of {ports} ports held by TIME_WAIT of connections closed here (~{}/s in the last minute), {} open",
+        d.source,
+        d.destination,
+        d.time_wait,
+        u64::from(d.time_wait).div_ceil(checks::TIME_WAIT_SECONDS),
+        d.established
+    )
 }
 
 /// Who each process is, learnt once per run: a process is named for its

@@ -4,16 +4,20 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::{
-    ceilings::{Report, Scope, checks::Verdict, examine},
+    ceilings::{
+        Report, Scope,
+        checks::{Check, Verdict},
+        examine,
+    },
     error::Error,
     probes::privileges,
 };
 
 /// Check this node's connection ceilings now: ephemeral ports per
 /// destination, TIME_WAIT sockets, accept queues, open files, conntrack
-/// tables, and connections closed as fast as they open (no connection
-/// reuse toward a destination); worst first, each with its verdict and the
-/// next step.
+/// tables, and the ports toward a destination held by TIME_WAIT of
+/// connections closed here (no connection reuse: named as the cause when
+/// it is the worst); worst first, each with its verdict and the next step.
 ///
 /// Exit code: 0 all ok, 1 a warning, 2 a critical finding, 3 the checks
 /// could not run, 64 a command line it cannot use. Needs root (it enters
@@ -104,9 +108,16 @@ fn summary(report: &Report) -> String {
         (c, w) => format!("{c} critical, {w} warning{}", if w == 1 { "" } else { "s" }),
     };
     // Findings are sorted worst first.
-    if let Some(f) = report.findings.first() {
-        let label = if f.verdict == Verdict::Ok { "closest to its limit" } else { "worst" };
-        line += &format!("; {label}: {} {} in {}, {}", f.check.as_str(), f.subject, f.netns, used_of_limit(f));
+    // A cause sorts before its symptoms: said as one.
+    match report.findings.first() {
+        Some(f) if f.check == Check::ConnectionReuse && f.verdict != Verdict::Ok => {
+            line += &format!("; cause: no connection reuse {} in {}", f.subject, f.netns);
+        }
+        Some(f) => {
+            let label = if f.verdict == Verdict::Ok { "closest to its limit" } else { "worst" };
+            line += &format!("; {label}: {} {} in {}, {}", f.check.as_str(), f.subject, f.netns, used_of_limit(f));
+        }
+        None => {}
     }
     line + "\n"
 }

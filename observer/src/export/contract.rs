@@ -398,6 +398,16 @@ pub const EPHEMERAL_PORT_LIMIT: Instrument = Instrument {
     attributes: &[NETWORK_NAMESPACE],
 };
 
+pub const EPHEMERAL_PORT_TIME_WAIT: Instrument = Instrument {
+    name: "observer.ephemeral_port.time_wait",
+    kind: Kind::Gauge,
+    unit: "{port}",
+    description: "Of observer.ephemeral_port.usage, the ports held by TIME_WAIT: connections toward the \
+                  destination this side closed within the last minute. Near observer.ephemeral_port.limit, \
+                  missing connection reuse is what runs the ports out",
+    attributes: &[NETWORK_NAMESPACE, SOURCE, DESTINATION],
+};
+
 pub const EPHEMERAL_PORT_TIME_TO_EXHAUSTION: Instrument = Instrument {
     name: "observer.ephemeral_port.time_to_exhaustion",
     kind: Kind::Gauge,
@@ -723,6 +733,7 @@ pub const ALL: &[&Instrument] = &[
     &OPEN_FILE_DESCRIPTOR_LIMIT,
     &EPHEMERAL_PORT_USAGE,
     &EPHEMERAL_PORT_LIMIT,
+    &EPHEMERAL_PORT_TIME_WAIT,
     &EPHEMERAL_PORT_TIME_TO_EXHAUSTION,
     &TIME_WAIT_USAGE,
     &LISTEN_QUEUE_USAGE,

@@ -56,13 +56,18 @@ fn destination_attrs(ns: &NamespaceGauge, d: &crate::node::usage::Destination) -
 /// Ceilings next to usage, per network namespace
 /// (`observer.network_namespace`: "host" or the namespace's inode number).
 pub(super) fn register_ceilings(meter: &Meter, published: &Arc<Published>) {
-    u64_gauge(meter, published, &contract::EPHEMERAL_PORT_USAGE, move |st, obs| {
-        for ns in &st.node.namespaces {
-            for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
-                obs.observe(d.used.into(), &destination_attrs(ns, d));
+    type DestinationPick = fn(&crate::node::usage::Destination) -> u32;
+    let per_destination: [(&'static contract::Instrument, DestinationPick); 2] =
+        [(&contract::EPHEMERAL_PORT_USAGE, |d| d.used), (&contract::EPHEMERAL_PORT_TIME_WAIT, |d| d.time_wait)];
+    for (instrument, pick) in per_destination {
+        u64_gauge(meter, published, instrument, move |st, obs| {
+            for ns in &st.node.namespaces {
+                for d in ns.usage.counts.iter().flat_map(|c| &c.destinations) {
+                    obs.observe(pick(d).into(), &destination_attrs(ns, d));
+                }
             }
-        }
-    });
+        });
+    }
     let exhaustion = &contract::EPHEMERAL_PORT_TIME_TO_EXHAUSTION;
     meter
         .f64_observable_gauge(exhaustion.name)

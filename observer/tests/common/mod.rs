@@ -10,6 +10,7 @@ pub mod incidents;
 pub mod manifests;
 pub mod pods;
 pub mod prometheus;
+pub mod web;
 
 /// The port-exhaustion incident in its own namespace: 6 ports, 9 held
 /// connections; the client sees 3 EADDRNOTAVAIL. Returns (netns, server,

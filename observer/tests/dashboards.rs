@@ -27,6 +27,13 @@ use serde_json::Value;
 
 const BOARDS: [&str; 2] = ["connection-avalanche.json", "observer-overview.json"];
 
+/// Each test's daemon watches the whole node: the port-exhaustion replay
+/// starts a curl per request, thousands of processes in a minute, past
+/// any daemon's --max-processes (the overflow series takes the rest). The
+/// tests that look for their own processes' series run beside each other,
+/// never beside the replay.
+static NODE_WIDE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn dashboards_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards")
 }
@@ -363,6 +370,7 @@ fn substitute(expr: &str, range_seconds: u64) -> String {
 
 #[test]
 fn every_panel_query_returns_data_naming_the_process_behind_it() {
+    let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
     // Limits declared for the port-exhaustion incident's server (its
     // client and its listener hold connections for seconds).
     let daemon = start_daemon_with_env(
@@ -487,6 +495,7 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
 /// with the usage and the limit it compares.
 #[test]
 fn the_declared_limit_alert_holds_on_real_connections() {
+    let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
     let ns = observer_testing::Netns::new();
     let daemon = start_daemon_with_env(&["--connection-limits", "127.0.0.1:5432=20"], &[]);
     let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
@@ -517,6 +526,7 @@ fn the_declared_limit_alert_holds_on_real_connections() {
 #[test]
 fn missing_reuse_alerts_within_a_minute_of_a_replayed_exhaustion_and_never_for_a_pool() {
     use std::os::unix::fs::MetadataExt as _;
+    let _alone = NODE_WIDE.write().unwrap_or_else(|e| e.into_inner());
     let inode = |ns: &observer_testing::Netns| std::fs::metadata(ns.path()).unwrap().ino();
     let daemon = start_daemon_with_env(&[], &[]);
     let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
@@ -551,4 +561,62 @@ fn missing_reuse_alerts_within_a_minute_of_a_replayed_exhaustion_and_never_for_a
     assert!(pool_ports.iter().any(|(_, v)| *v >= 150.0), "the pool's ports: {pool_ports:?}");
     let pool_alerts = prometheus.query(&format!("max_over_time({}[5m])", alert(&pooled, "")));
     assert!(pool_alerts.is_empty(), "a pool that reuses its connections: {pool_alerts:?}");
+}
+
+/// A CLI in a loop: 30 runs of curl toward nginx, each its own process
+/// living a few milliseconds, far less than a scrape (a copy named
+/// `short-cli`, so that no other test's curl counts). Each pid's series is
+/// born at its final count, which rate() cannot see; the panel that
+/// compares a program's connect rate with its own last 30 minutes must
+/// still show it, having counted every connect the kernel made
+/// (TcpActiveOpens of the namespace).
+#[test]
+fn short_lived_processes_show_on_the_connect_rate_panel() {
+    let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
+    let daemon = start_daemon_with_env(&[], &[]);
+    let prometheus = Prometheus::start(daemon.port);
+    let dir = std::env::temp_dir().join(format!("observer-short-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cli = dir.join("short-cli");
+    let curl = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("curl"))
+        .find(|p| p.is_file())
+        .expect("curl on PATH: run the tests with `cargo xtask test`, which installs it");
+    std::fs::copy(curl, &cli).unwrap();
+    let ns = observer_testing::Netns::new();
+    let _nginx = Nginx::start(&ns, "127.0.0.1:8080");
+    let opens_before = ns.nstat("TcpActiveOpens");
+    let started = now();
+    for _ in 0..30 {
+        let status =
+            ns.command(cli.to_str().unwrap()).args(["-sf", "-o", "/dev/null", "http://127.0.0.1:8080/"]).status();
+        assert!(status.unwrap().success());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let opened = (ns.nstat("TcpActiveOpens") - opens_before) as f64;
+    assert_eq!(opened, 30.0, "one connect per run");
+
+    // Every run scraped, with its count: each pid's last value, summed.
+    let counted = "sum(last_over_time(observer_tcp_connects_total{process_executable_name=\"short-cli\"}[5m]))";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while prometheus.query(counted).first().is_none_or(|(_, v)| *v < opened) {
+        assert!(std::time::Instant::now() < deadline, "{:?}\n{}", prometheus.query(counted), daemon.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(prometheus.query(counted)[0].1, opened, "once each");
+
+    // The panel: every connect of the last 2 minutes was one of these 30,
+    // and so was every one of the last 30: (30 / 120 s) / (30 / 1800 s).
+    let avalanche = board("connection-avalanche.json");
+    let panel = panels(&avalanche)
+        .into_iter()
+        .find(|p| p["title"] == "Connect rate against its own last 30 minutes")
+        .expect("the panel");
+    let expr = substitute(panel["targets"][0]["expr"].as_str().unwrap(), now() - started)
+        .replace("process_executable_name=~\".*\"", "process_executable_name=\"short-cli\"");
+    let shown = prometheus.query(&expr);
+    assert_eq!(shown.len(), 1, "{expr}: {shown:?}");
+    assert_eq!(shown[0].0["process_executable_name"], "short-cli");
+    assert!((shown[0].1 - 1800.0 / 120.0).abs() < 1e-9, "{expr}: {shown:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

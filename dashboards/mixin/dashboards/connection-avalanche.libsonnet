@@ -1,4 +1,14 @@
 // The 3 a.m. board; see ../dashboards.libsonnet for how it is rendered.
+
+// What a counter grew by over `window`, per series, those born within it
+// included: a process that lives less than a scrape or two (a cron job, a
+// CLI in a loop) has a series born at its final count, of which
+// increase() and rate() see nothing. A series there `window` ago: its last
+// value in the window minus that one; a series born since: its last value
+// (observer counts a process from zero).
+local grew(series, window) =
+  '((last_over_time(%(s)s[%(w)s]) - %(s)s offset %(w)s) or (last_over_time(%(s)s[%(w)s]) unless %(s)s offset %(w)s))' % { s: series, w: window };
+
 function(config)
   {
     uid: 'observer-connection-avalanche',
@@ -1113,7 +1123,7 @@ function(config)
         id: 20,
         type: 'timeseries',
         title: 'Connect rate against its own last 30 minutes',
-        description: 'Connects per second of each program over the last 2 minutes, divided by its average over the last 30: about 1 is steady, a storm stands out as 5 or more (the alert ObserverConnectionStorm compares with the hour before).',
+        description: 'Connects per second of each program over the last 2 minutes, divided by its average over the last 30: about 1 is steady, a storm stands out as 5 or more (the alert ObserverConnectionStorm compares with the hour before). Summed over its processes, those that lived less than a scrape included (a cron job, a CLI in a loop: each one counted from its first scrape).',
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -1142,7 +1152,8 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[2m])) / (sum by (%(clusterLabel)s, host_name, process_executable_name) (rate(observer_tcp_connects_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[30m])) > 0)',
+            local connects = 'observer_tcp_connects_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}',
+            expr: '(sum by (%(clusterLabel)s, host_name, process_executable_name) (' + grew(connects, '2m') + ') / 120) / (sum by (%(clusterLabel)s, host_name, process_executable_name) (' + grew(connects, '30m') + ') / 1800 > 0)',
             legendFormat: '{{process_executable_name}} on {{host_name}}',
             range: true,
             instant: false,

@@ -42,6 +42,9 @@ pub struct Rounds {
     proc_root: PathBuf,
     /// How long a process's series outlive it.
     grace: Duration,
+    /// Rounds in --grace: a destination that counted nothing and had no
+    /// connection open for as long frees its labels.
+    destination_idle_rounds: u64,
     attachments: Vec<Attachment>,
     programs: Vec<ProgramHandle>,
     failures: u64,
@@ -134,6 +137,7 @@ impl Rounds {
             trend: PortTrend::default(),
             proc_root: config.proc_root.clone(),
             grace: config.grace,
+            destination_idle_rounds: (config.grace.as_secs_f64() / config.interval.as_secs_f64()).ceil() as u64,
             attachments,
             programs,
             failures: 0,
@@ -187,6 +191,8 @@ impl Rounds {
         };
         self.series.apply(&deltas);
         let gauges = self.gauges(node, &deltas);
+        // After the gauges: a destination with a connection open is in use.
+        self.series.recycle_destinations(self.destination_idle_rounds);
         let snapshot = Snapshot {
             series: self.series.clone(),
             kernel: {

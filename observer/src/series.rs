@@ -7,6 +7,13 @@
 //! scan of many addresses cannot blow up the number of series. A retired
 //! process (exited longer than the grace period) frees its place. Counts are
 //! never dropped: they move to the `other` series instead.
+//!
+//! Destinations are shared fairly: one process claims at most a quarter
+//! of them (a scanner cannot take the label of the next process's
+//! incident), a destination that counted nothing for the grace period
+//! frees its label, and an EADDRNOTAVAIL keeps its destination beyond the
+//! cap, in a reserve of a quarter more, unless EADDRNOTAVAIL toward that
+//! many destinations is the flood itself (then the log says so).
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
@@ -276,11 +283,32 @@ impl Process {
     }
 }
 
+/// A destination with labels of its own.
+#[derive(Clone, Debug)]
+struct Labelled {
+    /// The process whose share it counts against (the first to need it).
+    claimed_by: PodKey,
+    /// Held in the EADDRNOTAVAIL reserve, beyond `max_destinations`.
+    reserved: bool,
+    /// The round it last counted something or had a connection open.
+    last_used: u64,
+}
+
+/// One process claims at most 1/this of `max_destinations`.
+pub const DESTINATION_SHARE: usize = 4;
+
+/// The EADDRNOTAVAIL reserve: 1/this of `max_destinations` more.
+pub const EADDRNOTAVAIL_RESERVE: usize = 4;
+
+const EADDRNOTAVAIL: u32 = 99;
+
 #[derive(Clone, Default)]
 pub struct SeriesStore {
     limits: Limits,
     processes: BTreeMap<PodKey, Process>,
-    destinations: BTreeSet<Dest>,
+    destinations: BTreeMap<Dest, Labelled>,
+    /// Rounds applied so far: the clock of `Labelled::last_used`.
+    round: u64,
     pub connects: BTreeMap<ProcSeries, u64>,
     pub accepts: BTreeMap<ProcSeries, u64>,
     pub time_wait_entries: BTreeMap<ProcSeries, u64>,
@@ -408,15 +436,69 @@ impl SeriesStore {
         (self.processes.contains_key(&key) || pods.contains_key(&key)).then(|| self.who(actor, pods))
     }
 
-    fn dest(&mut self, addr: IpAddr, port: u16) -> Dest {
+    /// The destination `addr`:`port` as `actor`'s series name it: its own
+    /// labels if it has them, or if there is room for it (under the cap,
+    /// and under `actor`'s share of it; for an EADDRNOTAVAIL, in the
+    /// reserve beyond); else `Other`.
+    fn dest(&mut self, actor: &Actor, addr: IpAddr, port: u16, eaddrnotavail: bool) -> Dest {
         let dest = Dest::Addr { addr, port };
-        if self.destinations.contains(&dest) || self.destinations.len() < self.limits.max_destinations {
-            self.destinations.insert(dest.clone());
-            dest
-        } else {
-            self.report("--max-destinations", self.limits.max_destinations, "destinations");
-            Dest::Other
+        let round = self.round;
+        if let Some(labelled) = self.destinations.get_mut(&dest) {
+            labelled.last_used = round;
+            return dest;
         }
+        let claimer = pod_key(actor);
+        let max = self.limits.max_destinations;
+        let share = (max / DESTINATION_SHARE).max(1);
+        let (mut in_cap, mut claimed, mut reserved) = (0, 0, 0);
+        for labelled in self.destinations.values() {
+            if labelled.reserved {
+                reserved += 1;
+            } else {
+                in_cap += 1;
+                claimed += usize::from(labelled.claimed_by == claimer);
+            }
+        }
+        let reserve = if in_cap < max && claimed < share {
+            false
+        } else if eaddrnotavail && reserved < max / EADDRNOTAVAIL_RESERVE {
+            true
+        } else {
+            if eaddrnotavail {
+                self.report_eaddrnotavail_flood();
+            } else if in_cap < max {
+                self.report_share(share);
+            } else {
+                self.report("--max-destinations", max, "destinations");
+            }
+            return Dest::Other;
+        };
+        self.destinations.insert(dest.clone(), Labelled { claimed_by: claimer, reserved: reserve, last_used: round });
+        dest
+    }
+
+    /// Free the labels of the destinations that counted nothing and had
+    /// no connection open for more than `idle_rounds` rounds (the grace
+    /// period): their series end, as a retired process's do, and the
+    /// label goes to the next destination that needs one.
+    pub fn recycle_destinations(&mut self, idle_rounds: u64) {
+        let round = self.round;
+        let idle: BTreeSet<Dest> = self
+            .destinations
+            .iter()
+            .filter(|(_, l)| round.saturating_sub(l.last_used) > idle_rounds)
+            .map(|(d, _)| d.clone())
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        self.destinations.retain(|d, _| !idle.contains(d));
+        let keep = |d: &Dest| !idle.contains(d);
+        self.connect_errors.retain(|s, _| keep(&s.dest));
+        self.connections_established.retain(|s, _| keep(&s.dest));
+        self.connections_closed.retain(|s, _| keep(&s.dest));
+        self.handshakes.retain(|s, _| keep(&s.dest));
+        self.handshake_retransmits.retain(|s, _| keep(&s.dest));
     }
 
     /// The processes that have their own series, as their series name
@@ -441,6 +523,36 @@ impl SeriesStore {
                 "{value} {what} have series of their own ({setting}): further ones are counted in the series marked \
                  otel_metric_overflow=\"true\" (totals stay exact; observer_series_folded_total counts the folded updates); raise {setting} \
                  to keep them apart"
+            );
+        }
+    }
+
+    /// One log line the first time a process is refused a destination's
+    /// labels for its share, though the cap has room.
+    fn report_share(&mut self, share: usize) {
+        if self.reported.insert("destination share") {
+            tracing::warn!(
+                "a process met more than {share} destinations (a quarter of --max-destinations: a scanner, or a \
+                 proxy toward ever-new addresses): its further ones count without a destination, in the series \
+                 marked otel_metric_overflow=\"true\" (its totals stay exact), so that the other processes keep \
+                 theirs; a destination that counts nothing for --grace frees its place; raise --max-destinations \
+                 to keep more apart"
+            );
+        }
+    }
+
+    /// One log line the first time an EADDRNOTAVAIL finds even its reserve
+    /// full.
+    fn report_eaddrnotavail_flood(&mut self) {
+        if self.reported.insert("EADDRNOTAVAIL reserve") {
+            let reserve = self.limits.max_destinations / EADDRNOTAVAIL_RESERVE;
+            tracing::warn!(
+                "EADDRNOTAVAIL came toward more destinations than have labels ({} and a reserve of {reserve} for \
+                 EADDRNOTAVAIL alone): the ports run out toward many destinations at once, which points at the \
+                 node's port range or the connections held open across all of them rather than at one \
+                 destination; its further destinations count in the series marked otel_metric_overflow=\"true\" \
+                 (totals stay exact); raise --max-destinations to keep them apart",
+                self.limits.max_destinations
             );
         }
     }
@@ -477,6 +589,7 @@ impl SeriesStore {
     }
 
     pub fn apply(&mut self, deltas: &Deltas) {
+        self.round += 1;
         // A reused pid's old process first: this round's counts start the
         // new process's series (its own name and pod).
         for key in &deltas.reused {
@@ -505,7 +618,7 @@ impl SeriesStore {
                 self.report_kernel_fold();
                 Dest::Other
             } else {
-                self.dest(dest_addr(key), key.dport)
+                self.dest(&key.actor, dest_addr(key), key.dport, key.errno == EADDRNOTAVAIL)
             };
             let series = ErrorSeries {
                 who: self.who(&key.actor, &deltas.pods),
@@ -605,7 +718,7 @@ impl SeriesStore {
             self.report_kernel_fold();
             (Direction::Outbound, Dest::Other)
         } else {
-            (Direction::Outbound, self.dest(ip_of(key.family, &key.addr), key.port))
+            (Direction::Outbound, self.dest(&key.actor, ip_of(key.family, &key.addr), key.port, false))
         };
         Some(ConnectionSeries { who, network, direction, dest })
     }
@@ -652,7 +765,7 @@ impl SeriesStore {
             .chain(self.handshake_retransmits.keys().map(|s| &s.dest))
             .cloned()
             .collect();
-        self.destinations.retain(|d| used.contains(d));
+        self.destinations.retain(|d, _| used.contains(d));
     }
 }
 
@@ -676,9 +789,81 @@ mod tests {
     }
 
     fn error(tgid: u32, last_octet: u8, n: u64) -> (ConnectErrorKey, u64) {
+        error_with(tgid, last_octet, EADDRNOTAVAIL, n)
+    }
+
+    const ECONNREFUSED: u32 = 111;
+
+    fn error_with(tgid: u32, last_octet: u8, errno: u32, n: u64) -> (ConnectErrorKey, u64) {
         let mut daddr = [0u8; 16];
         daddr[..4].copy_from_slice(&[10, 0, 0, last_octet]);
-        (ConnectErrorKey { actor: actor(tgid, "client"), family: AF_INET, dport: 8080, errno: 99, daddr }, n)
+        (ConnectErrorKey { actor: actor(tgid, "client"), family: AF_INET, dport: 8080, errno, daddr }, n)
+    }
+
+    /// The destinations (last octets of 10.0.0.x) `tgid`'s errors are
+    /// labelled with, and its errors counted without one.
+    fn labelled(s: &SeriesStore, tgid: u32) -> (Vec<u8>, u64) {
+        let mine = s.connect_errors.iter().filter(|(k, _)| matches!(k.who, Who::Process { pid, .. } if pid == tgid));
+        let (mut octets, mut other) = (Vec::new(), 0);
+        for (k, n) in mine {
+            match k.dest {
+                Dest::Addr { addr: IpAddr::V4(a), .. } => octets.push(a.octets()[3]),
+                _ => other += n,
+            }
+        }
+        (octets, other)
+    }
+
+    #[test]
+    fn a_process_claims_at_most_a_quarter_of_the_destinations() {
+        let mut s = SeriesStore::new(Limits { max_destinations: 8, ..Limits::DEFAULT });
+        let scan: Vec<_> = (1..=5).map(|octet| error_with(1, octet, ECONNREFUSED, 1)).collect();
+        s.apply(&Deltas { connect_errors: scan, ..Default::default() });
+        s.apply(&Deltas { connect_errors: vec![error_with(2, 9, ECONNREFUSED, 4)], ..Default::default() });
+        assert_eq!(labelled(&s, 1), (vec![1, 2], 3), "the scanner: its share, the rest without a destination");
+        assert_eq!(labelled(&s, 2), (vec![9], 0), "the next process keeps its destination");
+        // A destination another process claimed costs nothing of a share.
+        s.apply(&Deltas { connect_errors: vec![error_with(2, 1, ECONNREFUSED, 1)], ..Default::default() });
+        assert_eq!(labelled(&s, 2), (vec![1, 9], 0));
+        assert_eq!(s.connect_errors.values().sum::<u64>(), 10, "nothing lost");
+    }
+
+    #[test]
+    fn an_eaddrnotavail_keeps_its_destination_past_a_full_cap_until_it_is_the_flood() {
+        let mut s = SeriesStore::new(Limits { max_destinations: 4, ..Limits::DEFAULT });
+        // Four processes, a destination each: the cap is full.
+        let errors: Vec<_> = (1..=4).map(|p| error_with(p, p as u8, ECONNREFUSED, 1)).collect();
+        s.apply(&Deltas { connect_errors: errors, ..Default::default() });
+        s.apply(&Deltas {
+            connect_errors: vec![error_with(5, 5, ECONNREFUSED, 1), error(6, 6, 6), error(7, 7, 2)],
+            ..Default::default()
+        });
+        assert_eq!(labelled(&s, 5), (vec![], 1), "past the cap");
+        assert_eq!(labelled(&s, 6), (vec![6], 0), "an EADDRNOTAVAIL in the reserve (one, a quarter of 4)");
+        assert_eq!(labelled(&s, 7), (vec![], 2), "the reserve full: the flood itself, folded (and logged)");
+        assert!(s.reported.contains("EADDRNOTAVAIL reserve"));
+    }
+
+    #[test]
+    fn a_destination_idle_for_the_grace_period_frees_its_label() {
+        let mut s = SeriesStore::new(Limits { max_destinations: 1, ..Limits::DEFAULT });
+        s.apply(&Deltas { connect_errors: vec![error_with(1, 1, ECONNREFUSED, 3)], ..Default::default() });
+        for _ in 0..3 {
+            s.apply(&Deltas::default());
+            s.recycle_destinations(3);
+        }
+        assert_eq!(labelled(&s, 1), (vec![1], 0), "idle for 3 rounds: kept");
+        s.apply(&Deltas::default());
+        s.recycle_destinations(3);
+        assert!(s.connect_errors.is_empty(), "idle for 4: its series ended");
+        s.apply(&Deltas { connect_errors: vec![error_with(2, 2, ECONNREFUSED, 1)], ..Default::default() });
+        assert_eq!(labelled(&s, 2), (vec![2], 0), "the label went to the next destination");
+        // One that keeps counting keeps its label.
+        for _ in 0..10 {
+            s.apply(&Deltas { connect_errors: vec![error_with(2, 2, ECONNREFUSED, 1)], ..Default::default() });
+            s.recycle_destinations(3);
+        }
+        assert_eq!(labelled(&s, 2), (vec![2], 0));
     }
 
     #[test]

@@ -116,6 +116,69 @@ fn thousands_of_series_are_all_kept_or_folded_by_observer_never_by_the_sdk() {
     assert!(capped.log().contains("raise --max-series"), "{}", capped.log());
 }
 
+/// A noisy neighbour does not take the one label the on-call engineer
+/// needs: a process refused by 17,000 closed ports (a scanner, or a proxy
+/// meeting errors toward ever-new pod IPs) that then sleeps, never
+/// exiting; after it, a client in another namespace out of ports toward
+/// 127.0.0.1:7700. At the default --max-destinations (100), the scanner's
+/// destinations stop at its share (25: its other refusals counted without
+/// one, exactly, and the log says why), and the client's 6 EADDRNOTAVAIL
+/// are exported with their destination.
+#[test]
+fn a_scanner_leaves_the_next_clients_eaddrnotavail_its_destination() {
+    use std::io::BufRead as _;
+    let _alone = refusals_alone();
+    let daemon = start_daemon(&[]);
+    let scan_ns = Netns::new();
+    let mut scanner = scan_ns
+        .command(&churn())
+        .args(["scan", "--to", "127.0.0.1", "--ports", "2000-18999", "--hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(scanner.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let scanned = ClientReport::parse(scanner.id(), &line);
+    assert_eq!(scanned.errors("ECONNREFUSED"), 17_000, "{scanned:?}");
+
+    let ns = Netns::new();
+    ns.sysctl("net.ipv4.ip_local_port_range", "41000 41009");
+    let _server = ns.serve(&["--listen", "127.0.0.1:7700", "--hold"]);
+    let client = ns.client(&["--to", "127.0.0.1:7700", "--count", "16", "--hold"]);
+    assert_eq!((client.connected, client.errors("EADDRNOTAVAIL")), (10, 6), "{client:?}");
+
+    let of = |pid: u32| format!("process_pid=\"{pid}\"");
+    let (scanner_pid, client_pid) = (of(scanned.pid), of(client.pid));
+    let body = scrape_until(&daemon, Duration::from_secs(30), |b| {
+        refused(b, &[scanned.pid]).0 >= 17_000
+            && samples(b, "observer_tcp_connect_errors_total", &client_pid).map(|(v, _)| v).sum::<u64>() >= 6
+    });
+    let scanner_series: Vec<(u64, &str)> = samples(&body, "observer_tcp_connect_errors_total", &scanner_pid).collect();
+    assert_eq!(scanner_series.iter().map(|(v, _)| v).sum::<u64>(), 17_000, "every refusal, exactly");
+    let apart = scanner_series.iter().filter(|(_, s)| s.contains("server_address=")).count();
+    assert_eq!(apart, 100 / 4, "the scanner's share of --max-destinations");
+    let exhausted: Vec<(u64, &str)> = samples(&body, "observer_tcp_connect_errors_total", &client_pid).collect();
+    assert_eq!(exhausted.len(), 1, "{exhausted:?}");
+    let (n, series) = exhausted[0];
+    assert_eq!(n, 6);
+    assert!(
+        series.contains("error_type=\"EADDRNOTAVAIL\"")
+            && series.contains("server_address=\"127.0.0.1\"")
+            && series.contains("server_port=\"7700\"")
+            && !series.contains("otel_metric_overflow"),
+        "{series}"
+    );
+    assert!(daemon.log().contains("a quarter of --max-destinations"), "{}", daemon.log());
+    // Bounded all the same: no more labelled destinations than the cap.
+    let labelled: std::collections::BTreeSet<&str> = samples(&body, "observer_tcp_connect_errors_total", "")
+        .filter_map(|(_, s)| s.split("server_address=").nth(1))
+        .collect();
+    assert!(labelled.len() <= 100, "{} destinations", labelled.len());
+    drop(scanner.stdin.take());
+    scanner.wait().unwrap();
+}
+
 /// A process that renames itself before each connect() keeps one series,
 /// named by its executable (`comm` is what it renames), instead of one
 /// per name past every cap.

@@ -109,6 +109,10 @@ enum Cmd {
         /// First and last port, e.g. 20000-20099.
         #[arg(long, value_parser = port_range)]
         ports: (u16, u16),
+        /// After the report, live on until standard input closes (a
+        /// scanner that sleeps, its series kept).
+        #[arg(long)]
+        hold: bool,
     },
     /// Benchmark load: a listener and `threads` client threads in this one
     /// process, `connections` cycles of connect, accept, client-first close,
@@ -191,7 +195,7 @@ fn main() {
             }
             run()
         }
-        Cmd::Scan { to, ports } => scan(to, ports),
+        Cmd::Scan { to, ports, hold } => scan(to, ports, hold),
         Cmd::Churn { listen: addr, threads, connections, spread } => churn(addr, threads, connections, spread),
         Cmd::Storm { to, kind, attempts } => storm(to, kind, attempts),
     }
@@ -203,7 +207,7 @@ fn port_range(s: &str) -> Result<(u16, u16), String> {
     Ok((port(first)?, port(last)?))
 }
 
-fn scan(to: std::net::IpAddr, (first, last): (u16, u16)) {
+fn scan(to: std::net::IpAddr, (first, last): (u16, u16), hold: bool) {
     let mut connected = 0u64;
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     for port in first..=last {
@@ -217,6 +221,10 @@ fn scan(to: std::net::IpAddr, (first, last): (u16, u16)) {
     }
     let errors: Vec<String> = errors.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     println!("connected={connected} errors={}", errors.join(","));
+    if hold {
+        std::io::Write::flush(&mut std::io::stdout()).unwrap();
+        std::io::copy(&mut std::io::stdin(), &mut std::io::sink()).unwrap();
+    }
 }
 
 fn churn(addr: SocketAddr, threads: usize, connections: u64, spread: Option<Duration>) {

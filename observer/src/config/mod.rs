@@ -93,7 +93,10 @@ settings! {
     max_processes: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_processes as u32)),
 
     /// Destinations (address, port) that get their own series; more are
-    /// counted without one, otel_metric_overflow="true".
+    /// counted without one, otel_metric_overflow="true". One process
+    /// takes at most a quarter of them (a scanner leaves the rest to the
+    /// others); one that counts nothing for --grace frees its place; an
+    /// EADDRNOTAVAIL keeps its destination in a reserve of a quarter more.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_DESTINATIONS")]
     max_destinations: SeriesLimit = Preset::Value(SeriesLimit(Limits::DEFAULT.max_destinations as u32)),
 

@@ -239,6 +239,11 @@ pub struct ConnectionCounts {
     /// iterator at start (`OpenConnection::OLDER`), their lifetime unknown,
     /// so they end here rather than in `closed`.
     pub closed_older: u64,
+    /// Of the ends in `closed` and `closed_older`, those the far end began
+    /// (its FIN came first: ESTABLISHED -> CLOSE_WAIT). A server that
+    /// closes every new connection at once past a limit shows as
+    /// connections closed by the peer within milliseconds.
+    pub closed_by_peer: u64,
 }
 
 /// A connection being followed (key: `struct sock *`): the key its counts
@@ -272,7 +277,8 @@ pub struct QueuedEnd {
     pub key: ConnectionKey,
     /// Its lifetime's bucket (`lifetime`), or `QueuedEnd::OLDER`.
     pub bucket: u32,
-    pub _pad: u32,
+    /// 1 if the far end closed first (`ConnectionCounts::closed_by_peer`).
+    pub by_peer: u32,
 }
 
 impl QueuedEnd {
@@ -486,7 +492,7 @@ pub mod capacity {
     /// Listeners closed within one interval, in the sweep's mode.
     pub const CLOSED_LISTENERS: u32 = 4_096;
     /// Connection counts per key (owner, direction, far end) within one
-    /// interval: fewer than the other counter maps, as each value is 184
+    /// interval: fewer than the other counter maps, as each value is 336
     /// bytes (a process's share, `KEYS_PER_PROCESS`, is an eighth).
     pub const CONNECTIONS: u32 = 8_192;
     /// Established connections followed at once: the default; `observer
@@ -512,7 +518,7 @@ const _: () = {
     assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
-    assert!(size_of::<ConnectionCounts>() == 328);
+    assert!(size_of::<ConnectionCounts>() == 336);
     assert!(size_of::<IteratedSocket>() == 56);
     assert!(size_of::<QueuedEnd>() == 72);
     assert!(size_of::<OpenConnection>() == 80);

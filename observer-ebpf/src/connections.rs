@@ -126,7 +126,9 @@ fn note(sk: impl Sock, entry: &OpenConnection, final_chance: bool) -> bool {
     if OPEN_CONNECTIONS.insert(&sk.addr(), entry, BPF_NOEXIST).is_ok() {
         return true;
     }
-    connection_ended(sk);
+    // Who closed that earlier one is unknown: not the peer, as far as
+    // observer can say.
+    connection_ended(sk, false);
     let _ = OPEN_CONNECTIONS.remove(&sk.addr());
     if OPEN_CONNECTIONS.insert(&sk.addr(), entry, BPF_NOEXIST).is_err() {
         if final_chance {
@@ -138,9 +140,10 @@ fn note(sk: impl Sock, entry: &OpenConnection, final_chance: bool) -> bool {
 }
 
 /// The socket left ESTABLISHED: count its end once (one established
-/// before observer started, entered by userspace, without a lifetime).
+/// before observer started, entered by userspace, without a lifetime);
+/// `by_peer`: for CLOSE_WAIT, the far end's FIN came first.
 #[inline(always)]
-pub fn connection_ended(sk: impl Sock) {
+pub fn connection_ended(sk: impl Sock, by_peer: bool) {
     let Some(&entry) = (unsafe { OPEN_CONNECTIONS.get(&sk.addr()) }) else { return };
     if entry.handshaking == OpenConnection::HANDSHAKING || OPEN_CONNECTIONS.remove(&sk.addr()).is_err() {
         return;
@@ -149,5 +152,5 @@ pub fn connection_ended(sk: impl Sock) {
         OpenConnection::OLDER => None,
         _ => Some(unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.since)),
     };
-    bump_connection_closed(&entry.key, lived_ns);
+    bump_connection_closed(&entry.key, lived_ns, by_peer);
 }

@@ -167,6 +167,7 @@ static ZERO_CONNECTION_COUNTS: ConnectionCounts = ConnectionCounts {
     handshakes: [0; handshake::BUCKETS],
     handshake_retransmits: 0,
     closed_older: 0,
+    closed_by_peer: 0,
 };
 
 /// The log2 bucket of a duration (`lifetime`): the first of `buckets` - 1
@@ -247,9 +248,10 @@ pub fn bump_handshake_end(key: &mut ConnectionKey, end: HandshakeEnd) -> Counted
 /// Count the end of a connection established `lived_ns` ago under `key`
 /// (the key its start was counted under: never folded again, so a
 /// connection's start and end always meet); None: established before
-/// observer started, how long ago unknown.
+/// observer started, how long ago unknown. `by_peer`: the far end closed
+/// first.
 #[inline(always)]
-pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>) {
+pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>, by_peer: bool) {
     let map = if buffer() == 0 { &CONNECTIONS_0 } else { &CONNECTIONS_1 };
     let bucket = lived_ns.map(|ns| log2_bucket(ns, lifetime::BUCKETS));
     let Some(value) = shared_value_of(map, key, &ZERO_CONNECTION_COUNTS) else {
@@ -259,6 +261,7 @@ pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>) {
             unsafe {
                 (*end).key = *key;
                 (*end).bucket = bucket.map_or(QueuedEnd::OLDER, |b| b as u32);
+                (*end).by_peer = u32::from(by_peer);
                 QUEUED_ENDS.push(&*end, 0).is_ok()
             }
         });
@@ -274,6 +277,10 @@ pub fn bump_connection_closed(key: &ConnectionKey, lived_ns: Option<u64>) {
     };
     if let Some(slot) = slot {
         add(slot, 1);
+    }
+    if by_peer {
+        // SAFETY: as above.
+        add(unsafe { &raw mut (*value).closed_by_peer }, 1);
     }
 }
 

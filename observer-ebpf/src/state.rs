@@ -55,7 +55,7 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
     if new == ESTABLISHED {
         connection_established(sk, old);
     } else if old == ESTABLISHED {
-        connection_ended(sk);
+        connection_ended(sk, new == CLOSE_WAIT);
     }
     match (old, new) {
         (CLOSE, SYN_SENT) => {

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod error;
 pub mod export;
 pub mod health;
+pub mod inferred_limits;
 pub mod node;
 pub mod probes;
 pub mod queues;

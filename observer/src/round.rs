@@ -56,6 +56,7 @@ pub struct Rounds {
     listeners_folded_reported: bool,
     conntrack_drops: ConntrackDrops,
     connection_limits: std::sync::Arc<[crate::config::ConnectionLimit]>,
+    limit_inference: crate::inferred_limits::LimitInference,
 }
 
 /// One warning per map each time the kernel side lost updates to it (a
@@ -150,6 +151,7 @@ impl Rounds {
             listeners_folded_reported: false,
             conntrack_drops: ConntrackDrops::default(),
             connection_limits: config.connection_limits.clone().into(),
+            limit_inference: Default::default(),
         }
     }
 
@@ -190,7 +192,8 @@ impl Rounds {
             }
         };
         self.series.apply(&deltas);
-        let gauges = self.gauges(node, &deltas);
+        let mut gauges = self.gauges(node, &deltas);
+        gauges.inferred_limits = self.limit_inference.update(now, &deltas.connections, &deltas.open_connections);
         // After the gauges: a destination with a connection open is in use.
         self.series.recycle_destinations(self.destination_idle_rounds);
         let snapshot = Snapshot {
@@ -267,6 +270,7 @@ impl Rounds {
             open_files,
             open_connections,
             connection_limits: self.connection_limits.clone(),
+            inferred_limits: Vec::new(),
             sweep,
         }
     }

@@ -67,13 +67,14 @@ pub enum Counter {
     ListenOverflows,
     ConnectionsEstablished,
     ConnectionsClosed,
+    ConnectionsClosedByPeer,
     Handshakes,
     HandshakeRetransmits,
     SynQueueFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 11] = [
         Counter::Connects,
         Counter::Accepts,
         Counter::TimeWaitEntries,
@@ -81,6 +82,7 @@ impl Counter {
         Counter::ListenOverflows,
         Counter::ConnectionsEstablished,
         Counter::ConnectionsClosed,
+        Counter::ConnectionsClosedByPeer,
         Counter::Handshakes,
         Counter::HandshakeRetransmits,
         Counter::SynQueueFull,
@@ -96,6 +98,7 @@ impl Counter {
             Counter::ListenOverflows => &contract::TCP_LISTEN_OVERFLOWS,
             Counter::ConnectionsEstablished => &contract::TCP_CONNECTIONS_ESTABLISHED,
             Counter::ConnectionsClosed => &contract::TCP_CONNECTIONS_CLOSED,
+            Counter::ConnectionsClosedByPeer => &contract::TCP_CONNECTIONS_CLOSED_BY_PEER,
             Counter::Handshakes => &contract::TCP_HANDSHAKES,
             Counter::HandshakeRetransmits => &contract::TCP_HANDSHAKE_RETRANSMITS,
             Counter::SynQueueFull => &contract::TCP_SYN_QUEUE_FULL,
@@ -318,6 +321,8 @@ pub struct SeriesStore {
     pub connections_established: BTreeMap<ConnectionSeries, u64>,
     /// By lifetime (`durations`): one series per bound.
     pub connections_closed: BTreeMap<ConnectionSeries, durations::Lifetimes>,
+    /// Of those, the ones the far end closed first.
+    pub connections_closed_by_peer: BTreeMap<ConnectionSeries, u64>,
     /// Outbound handshakes by how long they took (`durations`).
     pub handshakes: BTreeMap<ConnectionSeries, durations::Handshakes>,
     /// SYNs (outbound) and SYN-ACKs (inbound) sent again, counted when
@@ -497,6 +502,7 @@ impl SeriesStore {
         self.connect_errors.retain(|s, _| keep(&s.dest));
         self.connections_established.retain(|s, _| keep(&s.dest));
         self.connections_closed.retain(|s, _| keep(&s.dest));
+        self.connections_closed_by_peer.retain(|s, _| keep(&s.dest));
         self.handshakes.retain(|s, _| keep(&s.dest));
         self.handshake_retransmits.retain(|s, _| keep(&s.dest));
     }
@@ -582,6 +588,7 @@ impl SeriesStore {
             Counter::ConnectionsEstablished => self.connections_established.len(),
             // Each is a series per lifetime bound.
             Counter::ConnectionsClosed => self.connections_closed.len() * durations::LIFETIME_BUCKETS,
+            Counter::ConnectionsClosedByPeer => self.connections_closed_by_peer.len(),
             Counter::Handshakes => self.handshakes.len() * durations::HANDSHAKE_BUCKETS,
             Counter::HandshakeRetransmits => self.handshake_retransmits.len(),
             Counter::SynQueueFull => self.syn_queue_full.len(),
@@ -673,6 +680,12 @@ impl SeriesStore {
             {
                 *self.folded.entry(Counter::HandshakeRetransmits).or_default() += 1;
             }
+            if counts.closed_by_peer > 0
+                && (add(&mut self.connections_closed_by_peer, series.clone(), fold, counts.closed_by_peer, max)
+                    || capped)
+            {
+                *self.folded.entry(Counter::ConnectionsClosedByPeer).or_default() += 1;
+            }
             let handshakes: durations::Handshakes = durations::from_kernel(&counts.handshakes);
             if handshakes.iter().any(|n| *n > 0) {
                 let max = max / durations::HANDSHAKE_BUCKETS;
@@ -753,6 +766,7 @@ impl SeriesStore {
         self.syn_queue_full.retain(|s, _| keep(&s.listener.who));
         self.connections_established.retain(|s, _| keep(&s.who));
         self.connections_closed.retain(|s, _| keep(&s.who));
+        self.connections_closed_by_peer.retain(|s, _| keep(&s.who));
         self.handshakes.retain(|s, _| keep(&s.who));
         self.handshake_retransmits.retain(|s, _| keep(&s.who));
         let used: BTreeSet<Dest> = self
@@ -761,6 +775,7 @@ impl SeriesStore {
             .map(|s| &s.dest)
             .chain(self.connections_established.keys().map(|s| &s.dest))
             .chain(self.connections_closed.keys().map(|s| &s.dest))
+            .chain(self.connections_closed_by_peer.keys().map(|s| &s.dest))
             .chain(self.handshakes.keys().map(|s| &s.dest))
             .chain(self.handshake_retransmits.keys().map(|s| &s.dest))
             .cloned()

@@ -52,6 +52,9 @@ pub struct NodeGauges {
     pub open_connections: std::collections::BTreeMap<ConnectionSeries, u64>,
     /// The connection limits the user declared (`--connection-limits`).
     pub connection_limits: Arc<[crate::config::ConnectionLimit]>,
+    /// The servers' limits nobody declared, as this node sees them turn
+    /// new connections away (`inferred_limits.rs`).
+    pub inferred_limits: Vec<crate::inferred_limits::InferredLimit>,
     /// How the sweep read the namespaces.
     pub sweep: SweepCounts,
 }

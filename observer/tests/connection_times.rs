@@ -35,6 +35,50 @@ fn lifetimes_land_in_the_bucket_of_the_time_held() {
     assert_eq!(closed(&obs, server.pid(), INBOUND), expected, "the listener's, by the same times");
     assert_eq!(obs.connection_counts(client.pid, OUTBOUND, PORT).established, 6);
     assert_eq!(obs.open_connections(client.pid, OUTBOUND, PORT), 0);
+    // The client closed each first: the listener's ends were the peer's.
+    assert_eq!(obs.connection_counts(client.pid, OUTBOUND, PORT).closed_by_peer, 0);
+    assert_eq!(obs.connection_counts(server.pid(), INBOUND, PORT).closed_by_peer, 6);
+}
+
+/// A server past its connection limit, as the first incident's database:
+/// it holds 5 and closes every further connection at once. The client
+/// holds all 8 of its sockets: the 3 the server closed sit in CLOSE-WAIT
+/// (`ss`), and those are its connections closed by the peer; the server's
+/// own ends are not (it closed first).
+#[test]
+fn connections_a_server_turns_away_are_closed_by_the_peer() {
+    let mut obs = Observer::start();
+    let ns = Netns::new();
+    let port = 7302u16;
+    let to = format!("127.0.0.1:{port}");
+    let server = ns.serve(&["--listen", &to, "--hold", "--max-open", "5"]);
+    let client = ns.client_holding(&["--to", &to, "--count", "8"]);
+    assert_eq!(client.report.connected, 8, "{:?}", client.report);
+    let in_state = |state: &str| {
+        let out = observer_testing::netns::run(ns.command("ss").args([
+            "-Htanp",
+            "state",
+            state,
+            "dport",
+            &format!(":{port}"),
+        ]));
+        out.lines().filter(|l| l.contains(&format!("pid={},", client.pid()))).count() as u64
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while in_state("close-wait") < 3 {
+        assert!(std::time::Instant::now() < deadline, "the server must close 3: {}", ns.ss_all());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!((in_state("close-wait"), in_state("established")), (3, 5), "ss");
+    let counts = |o: &Observer, pid, dir| o.connection_counts(pid, dir, port);
+    collect_until(&mut obs, |o| {
+        counts(o, client.pid(), OUTBOUND).closed_by_peer >= 3 && counts(o, server.pid(), INBOUND).established >= 8
+    });
+    let mine = counts(&obs, client.pid(), OUTBOUND);
+    assert_eq!((mine.established, mine.closed.iter().sum::<u64>(), mine.closed_by_peer), (8, 3, 3), "{mine:?}");
+    let theirs = counts(&obs, server.pid(), INBOUND);
+    assert_eq!((theirs.established, theirs.closed.iter().sum::<u64>(), theirs.closed_by_peer), (8, 3, 0), "{theirs:?}");
+    assert_eq!(obs.open_connections(client.pid(), OUTBOUND, port), 5);
 }
 
 /// Handshakes timed from the SYN: toward one port the namespace's firewall

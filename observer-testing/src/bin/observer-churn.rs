@@ -51,6 +51,10 @@ enum Cmd {
         /// chosen connections when a test says so).
         #[arg(long, requires = "hold")]
         close_on_input: bool,
+        /// With --hold: hold at most this many; close every further one
+        /// at once, as a database past its connection limit does.
+        #[arg(long, requires = "hold")]
+        max_open: Option<usize>,
     },
     /// Open connections, one after another.
     Connect {
@@ -155,8 +159,8 @@ enum StormKind {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Serve { listen, backlog, never_accept, close_first, hold, close_on_input } => {
-            serve(listen, backlog, never_accept, close_first, hold, close_on_input)
+        Cmd::Serve { listen, backlog, never_accept, close_first, hold, close_on_input, max_open } => {
+            serve(listen, backlog, never_accept, close_first, hold, close_on_input, max_open)
         }
         Cmd::Connect {
             to,
@@ -319,7 +323,15 @@ fn storm(to: SocketAddr, kind: StormKind, attempts: u64) {
     println!("connected={connected} held={holding} errors={} seconds={seconds:.3}", errors.join(","));
 }
 
-fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close, hold: bool, close_on_input: bool) {
+fn serve(
+    addr: SocketAddr,
+    backlog: i32,
+    never_accept: bool,
+    close_first: Close,
+    hold: bool,
+    close_on_input: bool,
+    max_open: Option<usize>,
+) {
     let listener = listen(addr, backlog);
     println!("ready");
     std::io::stdout().flush().unwrap();
@@ -345,7 +357,11 @@ fn serve(addr: SocketAddr, backlog: i32, never_accept: bool, close_first: Close,
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
         if hold {
-            held.lock().unwrap().push_back(stream);
+            let mut held = held.lock().unwrap();
+            if max_open.is_none_or(|max| held.len() < max) {
+                held.push_back(stream);
+            }
+            // Else dropped: closed at once, the server's FIN first.
             continue;
         }
         match close_first {

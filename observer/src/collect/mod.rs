@@ -718,6 +718,7 @@ fn count_queued_ends(connections: &mut Vec<(ConnectionKey, ConnectionCounts)>, e
             Some(slot) => *slot += 1,
             None => counts.closed_older += 1,
         }
+        counts.closed_by_peer += u64::from(end.by_peer);
     }
 }
 
@@ -731,12 +732,12 @@ mod tests {
     fn queued_ends_count_under_their_key_in_their_bucket() {
         let key = |port| ConnectionKey { port, family: 2, ..Default::default() };
         let mut connections = vec![(key(1), ConnectionCounts { established: 3, ..Default::default() })];
-        let end = |port, bucket| QueuedEnd { key: key(port), bucket, _pad: 0 };
-        count_queued_ends(&mut connections, &[end(1, 4), end(2, QueuedEnd::OLDER), end(2, 0), end(1, 4)]);
+        let end = |port, bucket, by_peer| QueuedEnd { key: key(port), bucket, by_peer };
+        count_queued_ends(&mut connections, &[end(1, 4, 1), end(2, QueuedEnd::OLDER, 0), end(2, 0, 1), end(1, 4, 0)]);
         assert_eq!(connections.len(), 2);
         let (first, second) = (&connections[0].1, &connections[1].1);
-        assert_eq!((first.established, first.closed[4], first.closed_older), (3, 2, 0));
-        assert_eq!((second.established, second.closed[0], second.closed_older), (0, 1, 1));
+        assert_eq!((first.established, first.closed[4], first.closed_older, first.closed_by_peer), (3, 2, 0, 1));
+        assert_eq!((second.established, second.closed[0], second.closed_older, second.closed_by_peer), (0, 1, 1, 1));
     }
 
     #[test]

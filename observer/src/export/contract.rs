@@ -320,6 +320,17 @@ pub const TCP_CONNECTIONS_CLOSED: Instrument = Instrument {
     attributes: &[PROCESS, NETWORK_TYPE, CONNECTION, LIFETIME_BOUND],
 };
 
+pub const TCP_CONNECTIONS_CLOSED_BY_PEER: Instrument = Instrument {
+    name: "observer.tcp.connections.closed_by_peer",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    description: "Of observer.tcp.connections.closed, those the far end closed first (its FIN came before this \
+                  side's: ESTABLISHED to CLOSE_WAIT), by process, direction and far end. Outbound and near every \
+                  new connection, within milliseconds, while the connections open toward the server stay flat: \
+                  a server-side limit (observer.tcp.connection.limit.inferred)",
+    attributes: &[PROCESS, NETWORK_TYPE, CONNECTION],
+};
+
 pub const TCP_HANDSHAKES: Instrument = Instrument {
     name: "observer.tcp.handshakes",
     kind: Kind::Counter,
@@ -357,6 +368,18 @@ pub const TCP_CONNECTION_LIMIT: Instrument = Instrument {
     description: "A connection limit the user declared (--connection-limits): outbound, a server's, for \
                   every client on every node (sum observer.tcp.connection.usage over the fleet against it); \
                   inbound, this node's listeners' on a port",
+    attributes: &[CONNECTION],
+};
+
+pub const TCP_CONNECTION_LIMIT_INFERRED: Instrument = Instrument {
+    name: "observer.tcp.connection.limit.inferred",
+    kind: Kind::Gauge,
+    unit: "{connection}",
+    description: "A server's connection limit nobody declared, as this node sees it: over the last 15 s the \
+                  connections open toward it stayed flat at this count, while new ones kept being established \
+                  and nearly every one that ended was closed by the server within 16 ms (far more open than such \
+                  short connections would keep open: held ones, with the new ones turned away). Present only \
+                  while that holds; outbound only",
     attributes: &[CONNECTION],
 };
 
@@ -724,11 +747,13 @@ pub const ALL: &[&Instrument] = &[
     &TCP_LISTEN_OVERFLOWS,
     &TCP_CONNECTIONS_ESTABLISHED,
     &TCP_CONNECTIONS_CLOSED,
+    &TCP_CONNECTIONS_CLOSED_BY_PEER,
     &TCP_HANDSHAKES,
     &TCP_HANDSHAKE_RETRANSMITS,
     &TCP_SYN_QUEUE_FULL,
     &TCP_CONNECTION_USAGE,
     &TCP_CONNECTION_LIMIT,
+    &TCP_CONNECTION_LIMIT_INFERRED,
     &OPEN_FILE_DESCRIPTORS,
     &OPEN_FILE_DESCRIPTOR_LIMIT,
     &EPHEMERAL_PORT_USAGE,

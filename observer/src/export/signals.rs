@@ -104,6 +104,9 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
     u64_counter(meter, published, Counter::ConnectionsClosed.contract(), move |st, obs| {
         observe_by_bound(&st.series.connections_closed, obs)
     });
+    u64_counter(meter, published, Counter::ConnectionsClosedByPeer.contract(), move |st, obs| {
+        observe_connections(&st.series.connections_closed_by_peer, obs)
+    });
     u64_counter(meter, published, Counter::Handshakes.contract(), move |st, obs| {
         observe_by_bound(&st.series.handshakes, obs)
     });
@@ -121,6 +124,16 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
                 ],
             };
             obs.observe(limit.connections, &attrs);
+        }
+    });
+    u64_gauge(meter, published, &contract::TCP_CONNECTION_LIMIT_INFERRED, move |st, obs| {
+        for inferred in &st.node.inferred_limits {
+            let attrs = [
+                KeyValue::new("observer.connection.direction", Direction::Outbound.as_str()),
+                KeyValue::new("server.address", inferred.server.addr.to_string()),
+                KeyValue::new("server.port", i64::from(inferred.server.port)),
+            ];
+            obs.observe(inferred.limit, &attrs);
         }
     });
     u64_gauge(meter, published, &contract::TCP_CONNECTION_USAGE, move |st, obs| {

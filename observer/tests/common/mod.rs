@@ -290,6 +290,7 @@ impl Observer {
             }
             total.handshake_retransmits += counts.handshake_retransmits;
             total.closed_older += counts.closed_older;
+            total.closed_by_peer += counts.closed_by_peer;
         }
         self.open_connections = d.open_connections;
         // The cumulative counts, from this observer's start.
@@ -335,6 +336,7 @@ impl Observer {
             }
             total.handshake_retransmits += c.handshake_retransmits;
             total.closed_older += c.closed_older;
+            total.closed_by_peer += c.closed_by_peer;
         }
         total
     }

@@ -340,6 +340,23 @@ local netns = "{{ if $labels.k8s_pod_name }}pod {{ $labels.k8s_namespace_name }}
             },
           },
           {
+            alert: 'ObserverServerLimitInferred',
+            // observer infers it (inferred_limits.rs: 15 s of the shape);
+            // the fleet's connections toward the server beside it.
+            expr: |||
+              max by (%(clusterLabel)s, host_name, server_address, server_port) (observer_tcp_connection_limit_inferred{%(observerSelector)s})
+            ||| % $._config,
+            'for': '30s',
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: '{{ $labels.server_address }}:{{ $labels.server_port }} closes new connections at once above ~{{ $value | printf "%.0f" }} open: a server-side limit',
+              description: |||
+                From {{ $labels.host_name }}, {{ $labels.server_address }}:{{ $labels.server_port }} keeps {{ $value | printf "%.0f" }} of this node's connections open and closes nearly every new one within milliseconds, its FIN first: a connection limit on the server's side that nobody declared (a database's max connections, a proxy's per-client cap). Clients see connections closed right after connect (EOF, "connection reset", a driver's "too many connections"), and retries make more. The server's limit counts every client: sum observer_tcp_connection_usage toward it over the fleet.
+              |||,
+              runbook_url: $._config.runbookURLPattern % 'ObserverServerLimitInferred',
+            },
+          },
+          {
             alert: 'ObserverConnectionsNearDeclaredLimit',
             // A server's limit counts every client on every node; a
             // listener's, this node's connections on its port.

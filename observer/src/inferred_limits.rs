@@ -3,7 +3,8 @@
 //! connections and closed every further one at once; nobody knew).
 //!
 //! The shape, toward one server over the last `WINDOW`: the connections
-//! open toward it stay flat at N; new ones keep being established, and
+//! open toward it stay flat at N (the median of the rounds', most of them
+//! near it); new ones keep being established, and
 //! nearly every one that ends is closed by the server (its FIN first)
 //! within milliseconds. What tells a limit from a healthy server that
 //! closes each connection after its response (HTTP/1.0, `Connection:
@@ -38,6 +39,10 @@ pub const SERVER_CLOSED_SHARE: f64 = 0.9;
 /// "At once": the lifetime buckets up to 16 ms (log2 ms: 0..=4).
 pub const QUICK_BUCKETS: usize = 5;
 const QUICK_SECONDS: f64 = 0.016;
+
+/// Of the window's rounds, at least this share must find the open count
+/// within 2% (or 1) of its median.
+pub const FLAT_SHARE: f64 = 0.8;
 
 /// The open connections must be this many times what the quick ones alone
 /// would keep open (`rate x 16 ms`): held connections, not the churn.
@@ -152,17 +157,22 @@ fn judge(server: Server, samples: &VecDeque<(Instant, Sample)>, now: Instant) ->
     let sum = |f: fn(&Sample) -> u64| samples.iter().map(|(_, s)| f(s)).sum::<u64>();
     let (established, ends, by_server, quick) =
         (sum(|s| s.established), sum(|s| s.ends), sum(|s| s.by_server), sum(|s| s.quick));
-    let lowest = samples.iter().map(|(_, s)| s.open).min()?;
-    let highest = samples.iter().map(|(_, s)| s.open).max()?;
+    // The count held: the median of the rounds' (a round may catch a
+    // turned-away connection between its handshake and its close, or the
+    // last of the pool's growth at the window's start).
+    let mut open: Vec<u64> = samples.iter().map(|(_, s)| s.open).collect();
+    open.sort_unstable();
+    let held = open[open.len() / 2];
+    let tolerance = (held / 50).max(1);
+    let near = open.iter().filter(|o| o.abs_diff(held) <= tolerance).count();
     let shaped = ends >= MIN_ENDS
         && by_server as f64 >= SERVER_CLOSED_SHARE * ends as f64
         && quick as f64 >= SERVER_CLOSED_SHARE * ends as f64
         // Flat: the open ones are not growing toward the limit any more
-        // (nor shrinking away from it).
-        && (highest - lowest) as f64 <= (0.05 * highest as f64).max(2.0);
+        // (nor shrinking away from it) in nearly every round.
+        && near as f64 >= FLAT_SHARE * open.len() as f64;
     let churn_open = established as f64 / WINDOW.as_secs_f64() * QUICK_SECONDS;
-    (shaped && lowest > 0 && lowest as f64 >= HELD_FACTOR * churn_open)
-        .then_some(InferredLimit { server, limit: lowest })
+    (shaped && held > 0 && held as f64 >= HELD_FACTOR * churn_open).then_some(InferredLimit { server, limit: held })
 }
 
 #[cfg(test)]

@@ -53,11 +53,13 @@ fn both_exports_keep_the_contract() {
         ],
         &[("NODE_NAME", "node-contract"), ("OTEL_RESOURCE_ATTRIBUTES", "k8s.cluster.name=contract")],
     );
-    let (_culprits, _namespaces, _servers) = reproduce_incidents();
-    // The unseen-events check reports after its first rounds; the last
-    // push after this scrape carries what it shows.
-    let body = scrape_until(&daemon, Duration::from_secs(20), |b| {
+    let _incidents = reproduce_incidents();
+    // The unseen-events check reports after its first rounds, the server
+    // limit after 15 s of its shape; the last push after this scrape
+    // carries what they show.
+    let body = scrape_until(&daemon, Duration::from_secs(40), |b| {
         sample(b, "observer_kernel_unseen_events_total", &["observer_event=\"time_wait_entry\""]).is_some()
+            && b.contains("observer_tcp_connection_limit_inferred{")
     });
     let pushes = sink.requests();
     assert!(sink.wait_for(Duration::from_secs(10), |s| s.requests() > pushes + 1), "no push after the incidents");

@@ -379,10 +379,14 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
     );
     let prometheus = Prometheus::start(daemon.port);
     let start = now();
-    let (culprits, _namespaces, _servers) = reproduce_incidents();
-    // Until Prometheus has scraped the last of them, and twice more.
+    let incidents = reproduce_incidents();
+    let culprits = &incidents.culprits;
+    // Until Prometheus has scraped the last of them (the server limit
+    // comes ~17 s after they start), and twice more.
     let last = format!("observer_tcp_connects_total{{process_pid=\"{}\"}}", culprits.storm);
     assert!(!prometheus.query_until_found(&last, Duration::from_secs(30)).is_empty(), "{}", prometheus.log());
+    let inferred = "observer_tcp_connection_limit_inferred";
+    assert!(!prometheus.query_until_found(inferred, Duration::from_secs(30)).is_empty(), "{}", daemon.log());
     std::thread::sleep(Duration::from_secs(3));
     let range = now() - start + 1;
 
@@ -619,4 +623,48 @@ fn short_lived_processes_show_on_the_connect_rate_panel() {
     assert_eq!(shown[0].0["process_executable_name"], "short-cli");
     assert!((shown[0].1 - 1800.0 / 120.0).abs() < 1e-9, "{expr}: {shown:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first incident's server, a limit nobody declared: it holds 5
+/// connections and closes every further one at once while a pool keeps
+/// opening new ones. Beside it, its look-alike: a server whose 5 pooled
+/// connections stay open and whose other clients open short connections
+/// at the same pace, closing each themselves. On a real Prometheus,
+/// observer_tcp_connection_limit_inferred equals the 5 `ss` shows held,
+/// and ObserverServerLimitInferred, unchanged from alerts.yaml, is
+/// pending for the first and never for the look-alike.
+#[test]
+fn a_servers_undeclared_limit_is_inferred_and_its_look_alike_is_not() {
+    let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
+    let daemon = start_daemon_with_env(&[], &[]);
+    let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
+    let ns = observer_testing::Netns::new();
+    let (limited, healthy) = ("127.0.0.1:27018", "127.0.0.1:27019");
+    let _limited_server = ns.serve(&["--listen", limited, "--hold", "--max-open", "5"]);
+    let _healthy_server = ns.serve(&["--listen", healthy]);
+    let _healthy_pool = ns.client_holding(&["--to", healthy, "--count", "5"]);
+    let spawn = |args: &[&str]| {
+        ns.command(&observer_testing::churn()).args(args).stdout(std::process::Stdio::null()).spawn().unwrap()
+    };
+    let mut pool = spawn(&["connect", "--to", limited, "--count", "90", "--hold", "--spread", "30s"]);
+    let mut short = spawn(&["connect", "--to", healthy, "--count", "90", "--spread", "30s"]);
+
+    let pending = "ALERTS{alertname=\"ObserverServerLimitInferred\", server_port=\"27018\"}";
+    let alerts = prometheus.query_until_found(pending, Duration::from_secs(40));
+    assert_eq!(alerts.len(), 1, "{alerts:?}\n{}", daemon.log());
+    assert_eq!(alerts[0].0["server_address"], "127.0.0.1");
+    let held = ns.established("dport = :27018", Some(pool.id()));
+    assert_eq!(held, 5, "ss: the connections the server holds");
+    let inferred = prometheus.query("observer_tcp_connection_limit_inferred{server_port=\"27018\"}");
+    assert_eq!(inferred.iter().map(|(_, v)| *v).collect::<Vec<_>>(), [held as f64]);
+    let look_alike = prometheus.query(
+        "max_over_time(observer_tcp_connection_limit_inferred{server_port=\"27019\"}[5m]) or \
+         max_over_time(ALERTS{alertname=\"ObserverServerLimitInferred\", server_port=\"27019\"}[5m])",
+    );
+    assert!(look_alike.is_empty(), "clients that close their short connections: {look_alike:?}");
+    // Its look-alike had the same pace of short connections: it did.
+    let ends =
+        prometheus.query("sum(observer_tcp_connections_closed_total{server_port=\"27019\", observer_le=\"+Inf\"})");
+    assert!(ends.first().is_some_and(|(_, v)| *v >= 10.0), "the look-alike's short connections: {ends:?}");
+    let _ = (pool.kill(), pool.wait(), short.kill(), short.wait());
 }

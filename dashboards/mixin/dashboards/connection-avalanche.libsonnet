@@ -1647,7 +1647,7 @@ function(config)
         },
         gridPos: {
           h: 7,
-          w: 24,
+          w: 12,
           x: 0,
           y: 87,
         },
@@ -1671,6 +1671,71 @@ function(config)
             },
             expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, observer_connection_direction, server_address, server_port) (rate(observer_tcp_handshake_retransmits_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} {{observer_connection_direction}} {{server_address}}:{{server_port}}',
+            range: true,
+            instant: false,
+          },
+        ],
+        options: {
+          legend: {
+            displayMode: 'table',
+            placement: 'bottom',
+            calcs: [
+              'max',
+              'lastNotNull',
+            ],
+          },
+          tooltip: {
+            mode: 'multi',
+            sort: 'desc',
+          },
+        },
+      },
+      {
+        id: 36,
+        type: 'timeseries',
+        title: 'Server limits inferred, against the connections held',
+        description: "A server's connection limit nobody declared, as this node sees it (observer_tcp_connection_limit_inferred): the connections held toward it stay flat at this count while nearly every new one is closed by the server within milliseconds, its FIN first (the first incident: a database that closed every connection past 10,000). Beside it, the connections this node holds toward that server. Declare it with --connection-limits to be warned before it is reached.",
+        datasource: {
+          type: 'prometheus',
+          uid: '${datasource}',
+        },
+        gridPos: {
+          h: 7,
+          w: 12,
+          x: 12,
+          y: 87,
+        },
+        fieldConfig: {
+          defaults: {
+            unit: 'short',
+            custom: {
+              drawStyle: 'line',
+              fillOpacity: 10,
+              showPoints: 'never',
+            },
+          },
+          overrides: [],
+        },
+        targets: [
+          {
+            refId: 'A',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'max by (%(clusterLabel)s, host_name, server_address, server_port) (observer_tcp_connection_limit_inferred{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node"})',
+            legendFormat: 'limit of {{server_address}}:{{server_port}} seen from {{host_name}}',
+            range: true,
+            instant: false,
+          },
+          {
+            refId: 'B',
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            expr: 'sum by (%(clusterLabel)s, host_name, server_address, server_port) (observer_tcp_connection_usage{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", observer_connection_direction="outbound"}) and on (%(clusterLabel)s, host_name, server_address, server_port) max by (%(clusterLabel)s, host_name, server_address, server_port) (observer_tcp_connection_limit_inferred{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node"})',
+            legendFormat: 'held toward {{server_address}}:{{server_port}} from {{host_name}}',
             range: true,
             instant: false,
           },

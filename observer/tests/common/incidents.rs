@@ -1,7 +1,7 @@
 //! The incidents observer exists for, reproduced in namespaces with the
 //! kernel's ground truth checked: port exhaustion, TIME_WAIT, a listen
-//! overflow, a lossy path, a connection storm, and failures that all come
-//! at a series' birth. Shared by the tests that need every signal to have
+//! overflow, a lossy path, a connection storm, failures that all come at a
+//! series' birth, and a server past a connection limit nobody declared. Shared by the tests that need every signal to have
 //! data (the dashboards on a real Prometheus, the metric contract).
 use observer_testing::{Netns, Server, churn};
 
@@ -20,10 +20,51 @@ pub struct Culprits {
     pub lossy: u32,
 }
 
-/// The four incidents, each spread over a few seconds so that the scrapes
-/// see the counters grow (as in a real incident), each in its namespace.
-/// The namespaces and servers are returned to be kept alive.
-pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
+/// The incidents and what keeps them alive: their namespaces, servers and
+/// the server-limit incident's pool, which runs on after the others.
+pub struct Reproduced {
+    pub culprits: Culprits,
+    _namespaces: Vec<Netns>,
+    _servers: Vec<Server>,
+    _pool: KillOnDrop,
+}
+
+/// A child killed when the test is done with it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The server limit's address, and the connections its server holds.
+pub const LIMITED_SERVER: &str = "127.0.0.1:27017";
+pub const SERVER_LIMIT: u64 = 5;
+
+/// The incidents, each spread over a few seconds so that the scrapes see
+/// the counters grow (as in a real incident), each in its namespace. The
+/// server limit first, in the background: observer judges its shape over
+/// 15 s (`observer_tcp_connection_limit_inferred` comes ~17 s after this
+/// starts and stays while the pool retries, 45 s: past the others and the
+/// tests' reading of them).
+pub fn reproduce_incidents() -> Reproduced {
+    // A server past its connection limit (the first incident's database):
+    // it holds SERVER_LIMIT and closes every further connection at once, while a
+    // pool keeps opening new ones, 3 a second.
+    let limited = Netns::new();
+    let limit = SERVER_LIMIT.to_string();
+    let limited_server = limited.serve(&["--listen", LIMITED_SERVER, "--hold", "--max-open", &limit]);
+    let pool = KillOnDrop(
+        limited
+            .command(&churn())
+            .args(["connect", "--to", LIMITED_SERVER, "--count", "135", "--hold", "--spread", "45s"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
     // Port exhaustion: 6 ports, 9 held connections, 3 EADDRNOTAVAIL.
     let ports = Netns::new();
     ports.sysctl("net.ipv4.ip_local_port_range", "41000 41005");
@@ -104,5 +145,10 @@ pub fn reproduce_incidents() -> (Culprits, Vec<Netns>, Vec<Server>) {
         storm: storm_pid,
         lossy: lossy_client.pid,
     };
-    (culprits, vec![ports, burst, tw, lo, lossy, storm], vec![holder, burst_holder, tw_server, listener, lossy_server])
+    Reproduced {
+        culprits,
+        _namespaces: vec![ports, burst, tw, lo, lossy, storm, limited],
+        _servers: vec![holder, burst_holder, tw_server, listener, lossy_server, limited_server],
+        _pool: pool,
+    }
 }

@@ -85,6 +85,9 @@ pub enum Error {
     #[error("no network namespace could be examined: run as root, or with {needs}")]
     NothingExamined { needs: String },
 
+    #[error("reading observer's endpoint {url}: {why} (is observer running there? leave out --from to go without)")]
+    DaemonUnread { url: String, why: String },
+
     #[error("observer trace cannot show {what} here: {why}")]
     NotTraceable { what: String, why: String },
 }

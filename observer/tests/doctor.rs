@@ -280,6 +280,9 @@ fn time_wait_toward(ns: &Netns, dst: &str) -> u64 {
 /// toward its own nginx is near its ports' end but never named.
 #[test]
 fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
+    // The daemon, for what only it knows: who opened them, how long they lived.
+    let daemon = common::daemon::start_daemon(&[]);
+    let from = format!("http://127.0.0.1:{}", daemon.port);
     let replay = narrow_range();
     let _nginx = Nginx::start(&replay, "127.0.0.1:8080");
     let client = CurlLoop::start(&replay, "http://127.0.0.1:8080/", 4);
@@ -287,7 +290,7 @@ fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
 
     let path = replay.path().display().to_string();
     let before = time_wait_toward(&replay, "127.0.0.1:8080");
-    let (code, report) = doctor(&["--netns", &path]);
+    let (code, report) = doctor(&["--netns", &path, "--from", &from]);
     let after = time_wait_toward(&replay, "127.0.0.1:8080");
     let cause = &report["findings"][0];
     assert_eq!((&cause["check"], &cause["verdict"]), (&"connection-reuse".into(), &"critical".into()), "{report:#}");
@@ -296,11 +299,13 @@ fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
     assert!((before.min(after)..=before.max(after)).contains(&used), "ss listed {before} then {after}: {cause}");
     assert_eq!(cause["limit"], 200, "{cause}");
     assert_eq!(code, 2);
-    let out = Command::new(OBSERVER).args(["doctor", "--netns", &path]).output().unwrap();
+    let out = Command::new(OBSERVER).args(["doctor", "--netns", &path, "--from", &from]).output().unwrap();
     let summary = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
     assert!(
         summary.contains("cause: no connection reuse 127.0.0.1 -> 127.0.0.1:8080: ")
-            && summary.contains(" of 200 ports held by TIME_WAIT of connections closed here"),
+            && summary.contains(" of 200 ports held by TIME_WAIT of connections closed here")
+            && summary.contains("; half lived under ")
+            && summary.contains("; opened by curl ("),
         "{summary}"
     );
 
@@ -316,6 +321,44 @@ fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
     let ports = find(&report, "ephemeral-ports", "-> 127.0.0.1:8080");
     assert_eq!(ports["verdict"], "warning", "150 of 200 ports held open: {ports}");
     assert_eq!(code, 1, "{report:#}");
+}
+
+/// A server's limit nobody declared, as the daemon inferred it: a server
+/// holding 5 connections and closing every further one at once while a
+/// pool keeps opening new ones. doctor, reading the daemon (--from), says
+/// so; without a daemon to read at --from, it says why it cannot.
+#[test]
+fn a_server_limit_the_daemon_inferred_is_a_finding() {
+    let daemon = common::daemon::start_daemon(&[]);
+    let ns = Netns::new();
+    let server = "127.0.0.1:27021";
+    let _server = ns.serve(&["--listen", server, "--hold", "--max-open", "5"]);
+    let mut pool = ns
+        .command(&observer_testing::churn())
+        .args(["connect", "--to", server, "--count", "120", "--hold", "--spread", "40s"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::daemon::scrape_until(&daemon, Duration::from_secs(40), |b| {
+        observer_testing::http::sample(b, "observer_tcp_connection_limit_inferred", &["server_port=\"27021\""])
+            == Some(5)
+    });
+    let from = format!("http://127.0.0.1:{}", daemon.port);
+    let (code, report) = doctor(&["--from", &from]);
+    let limit = find(&report, "server-limit", "127.0.0.1:27021");
+    assert_eq!(limit["subject"], "127.0.0.1:27021 closes new connections at once above ~5 open: a server-side limit");
+    assert_eq!((&limit["verdict"], &limit["used"]), (&"warning".into(), &5.into()), "{limit}");
+    assert!(limit["next_step"].as_str().unwrap().contains("--connection-limits"), "{limit}");
+    assert!(code >= 1, "{report:#}");
+    assert_eq!(report["daemon"], format!("{from}/metrics"));
+
+    // A --from that does not answer: exit 3, naming it.
+    let nobody = format!("http://127.0.0.1:{}", observer_testing::http::free_port());
+    let out = Command::new(OBSERVER).args(["doctor", "--from", &nobody]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&nobody) && err.contains("is observer running there?"), "{err}");
+    let _ = (pool.kill(), pool.wait());
 }
 
 #[test]

@@ -49,6 +49,8 @@ pub enum Check {
     OpenFiles,
     Conntrack,
     ConnectionReuse,
+    /// A server's connection limit the daemon inferred (doctor `--from`).
+    ServerLimit,
 }
 
 /// The share of the ports one destination can use held by TIME_WAIT of
@@ -87,6 +89,7 @@ impl Check {
             Check::OpenFiles => "open-files",
             Check::Conntrack => "conntrack",
             Check::ConnectionReuse => "connection-reuse",
+            Check::ServerLimit => "server-limit",
         }
     }
 
@@ -99,14 +102,16 @@ impl Check {
             // Of the ports one destination can use (`Finding::reuse` also
             // warns at a rate, whatever the ports).
             Check::ConnectionReuse => (REUSE_WARNING_SHARE, REUSE_CRITICAL_SHARE),
+            // Reached by definition (see `Finding::server_limit`).
+            Check::ServerLimit => (1.0, f64::INFINITY),
         }
     }
 
     /// Whether a finding of this check names a cause that other checks
     /// show the symptoms of: at the same verdict, it comes first (the
     /// ports run out *because* nothing reuses them).
-    fn is_cause(self) -> bool {
-        matches!(self, Check::ConnectionReuse)
+    pub fn is_cause(self) -> bool {
+        matches!(self, Check::ConnectionReuse | Check::ServerLimit)
     }
 
     pub fn next_step(self, verdict: Verdict) -> &'static str {
@@ -134,6 +139,10 @@ impl Check {
             Check::ConnectionReuse => {
                 "no connection reuse toward it: this side opens and closes a connection per request; keep \
                  them alive (a connection pool big enough, HTTP keep-alive or HTTP/2) and bound retries"
+            }
+            Check::ServerLimit => {
+                "find the server's limit (max_connections, maxIncomingConnections, maxclients) and who holds its \
+                 connections; bound the clients' pools under it, then declare it with --connection-limits"
             }
         }
     }
@@ -170,6 +179,16 @@ impl Finding {
             finding.verdict = Verdict::Warning;
             finding.next_step = Check::ConnectionReuse.next_step(Verdict::Warning);
         }
+        finding
+    }
+
+    /// A server that turns new connections away above `held` open, as the
+    /// daemon inferred: a warning (the clients' errors are its symptoms).
+    pub fn server_limit(server: &str, held: u64) -> Self {
+        let subject = format!("{server} closes new connections at once above ~{held} open: a server-side limit");
+        let mut finding = Self::new(Check::ServerLimit, "node", subject, held, held);
+        finding.verdict = Verdict::Warning;
+        finding.next_step = Check::ServerLimit.next_step(Verdict::Warning);
         finding
     }
 

@@ -7,10 +7,12 @@ use crate::{
     ceilings::{
         Report, Scope,
         checks::{Check, Verdict},
+        daemon_view::DaemonView,
         examine,
     },
     error::Error,
     probes::privileges,
+    top::endpoint::Endpoint,
 };
 
 /// Check this node's connection ceilings now: ephemeral ports per
@@ -63,6 +65,14 @@ pub struct DoctorArgs {
     /// kubelet's pod log directory, to name pods [default: /var/log/pods].
     #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
     pub pod_logs: PathBuf,
+
+    /// A running observer's endpoint (its --prometheus-listen address),
+    /// read for what only the daemon knows: the servers whose connection
+    /// limit it inferred, and who opens the connections not reused and how
+    /// long they live. An error when it cannot be read. Without it: the
+    /// local daemon at http://127.0.0.1:9464 when it answers, else none.
+    #[arg(long, value_name = "URL")]
+    pub from: Option<String>,
 }
 
 impl DoctorArgs {
@@ -74,7 +84,8 @@ impl DoctorArgs {
             (None, None, Some(pod)) => Scope::Pod(pod.clone()),
             (None, None, None) => Scope::All,
         };
-        let report = examine(&scope, &self.proc_root, self.pod_logs.clone())?;
+        let daemon = daemon_view(self.from.as_deref())?;
+        let report = examine(&scope, &self.proc_root, self.pod_logs.clone(), daemon.as_ref())?;
         if report.namespaces.is_empty() {
             let needs: Vec<_> = privileges::CAPABILITIES
                 .iter()
@@ -90,6 +101,21 @@ impl DoctorArgs {
         // A closed pipe (`| head`) is not an error worth a panic.
         let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
         Ok(report.worst())
+    }
+}
+
+/// The daemon's view: at `from` (an error if it cannot be read), else the
+/// local daemon's if one answers.
+fn daemon_view(from: Option<&str>) -> Result<Option<DaemonView>, Error> {
+    let url = from.map_or_else(crate::top::endpoint::default_url, str::to_string);
+    let read = || {
+        let endpoint = Endpoint::new(&url)?;
+        DaemonView::parse(endpoint.url(), &endpoint.page()?)
+    };
+    match (read(), from) {
+        (Ok(view), _) => Ok(Some(view)),
+        (Err(why), Some(_)) => Err(Error::DaemonUnread { url, why }),
+        (Err(_), None) => Ok(None),
     }
 }
 
@@ -113,6 +139,7 @@ fn summary(report: &Report) -> String {
         Some(f) if f.check == Check::ConnectionReuse && f.verdict != Verdict::Ok => {
             line += &format!("; cause: no connection reuse {} in {}", f.subject, f.netns);
         }
+        Some(f) if f.check.is_cause() && f.verdict != Verdict::Ok => line += &format!("; cause: {}", f.subject),
         Some(f) => {
             let label = if f.verdict == Verdict::Ok { "closest to its limit" } else { "worst" };
             line += &format!("; {label}: {} {} in {}, {}", f.check.as_str(), f.subject, f.netns, used_of_limit(f));

@@ -1,5 +1,6 @@
 //! A running daemon's Prometheus endpoint, read over HTTP: what the node's
-//! DaemonSet serves, so reading it costs the node nothing more.
+//! DaemonSet serves, so reading it costs the node nothing more (`observer
+//! top`, and doctor for what only the daemon knows).
 use std::time::{Duration, Instant};
 
 use super::reading::Reading;
@@ -46,13 +47,17 @@ impl Endpoint {
 
     /// One reading, now.
     pub fn read(&self) -> Result<Reading, String> {
-        let body = self.runtime.block_on(async {
+        Reading::parse(&self.page()?, Instant::now())
+    }
+
+    /// The page, as the daemon serves it now.
+    pub fn page(&self) -> Result<String, String> {
+        self.runtime.block_on(async {
             let response = self.client.get(&self.url).send().await.map_err(|e| e.to_string())?;
             if !response.status().is_success() {
                 return Err(format!("HTTP {}", response.status()));
             }
             response.text().await.map_err(|e| e.to_string())
-        })?;
-        Reading::parse(&body, Instant::now())
+        })
     }
 }

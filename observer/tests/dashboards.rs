@@ -464,7 +464,7 @@ fn every_panel_query_returns_data_naming_the_process_behind_it() {
                     }
                 }
                 // A panel about an incident must show it, not zeros.
-                if let Some(pid) = expected(&culprits, expr) {
+                if let Some(pid) = expected(culprits, expr) {
                     if !series.iter().any(|(_, nonzero)| *nonzero) {
                         failures.push(format!("{name}/{title}: only zeros for {promql}"));
                     }

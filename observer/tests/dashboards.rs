@@ -573,7 +573,7 @@ fn missing_reuse_alerts_within_a_minute_of_a_replayed_exhaustion_and_never_for_a
 /// born at its final count, which rate() cannot see; the panel that
 /// compares a program's connect rate with its own last 30 minutes must
 /// still show it, having counted every connect the kernel made
-/// (TcpActiveOpens of the namespace).
+/// (TcpActiveOpens of the namespace), and the ranking by process too.
 #[test]
 fn short_lived_processes_show_on_the_connect_rate_panel() {
     let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
@@ -622,6 +622,15 @@ fn short_lived_processes_show_on_the_connect_rate_panel() {
     assert_eq!(shown.len(), 1, "{expr}: {shown:?}");
     assert_eq!(shown[0].0["process_executable_name"], "short-cli");
     assert!((shown[0].1 - 1800.0 / 120.0).abs() < 1e-9, "{expr}: {shown:?}");
+
+    // The ranking by process shows them too, each at its one connect in
+    // the last minute (those it ranks: the top 10).
+    let panel = panels(&avalanche).into_iter().find(|p| p["title"] == "Connects by process").expect("the panel");
+    let expr = substitute(panel["targets"][0]["expr"].as_str().unwrap(), now() - started)
+        .replace("process_executable_name=~\".*\"", "process_executable_name=\"short-cli\"");
+    let ranked = prometheus.query(&expr);
+    assert_eq!(ranked.len(), 10, "{expr}: {ranked:?}");
+    assert!(ranked.iter().all(|(_, v)| (v - 1.0 / 60.0).abs() < 1e-9), "{expr}: {ranked:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

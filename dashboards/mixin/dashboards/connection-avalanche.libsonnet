@@ -6,8 +6,9 @@
 // increase() and rate() see nothing. A series there `window` ago: its last
 // value in the window minus that one; a series born since: its last value
 // (observer counts a process from zero).
+// (A counter that went back, observer restarted, counts from zero.)
 local grew(series, window) =
-  '((last_over_time(%(s)s[%(w)s]) - %(s)s offset %(w)s) or (last_over_time(%(s)s[%(w)s]) unless %(s)s offset %(w)s))' % { s: series, w: window };
+  '(clamp_min(last_over_time(%(s)s[%(w)s]) - %(s)s offset %(w)s, 0) or (last_over_time(%(s)s[%(w)s]) unless %(s)s offset %(w)s))' % { s: series, w: window };
 
 function(config)
   {
@@ -462,7 +463,7 @@ function(config)
         id: 7,
         type: 'timeseries',
         title: 'EADDRNOTAVAIL by process and destination',
-        description: "Who cannot get an ephemeral port, toward which destination. Next: compare the process's connections to that destination with ip_local_port_range (`ss -tn dst <addr>` | wc -l; `sysctl net.ipv4.ip_local_port_range`), check its connection pool size and retries (an unbounded retry loop multiplies attempts), and tcp_tw_reuse.",
+        description: "Who cannot get an ephemeral port, toward which destination. Next: compare the process's connections to that destination with ip_local_port_range (`ss -tn dst <addr>` | wc -l; `sysctl net.ipv4.ip_local_port_range`), check its connection pool size and retries (an unbounded retry loop multiplies attempts), and tcp_tw_reuse. Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).",
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -491,7 +492,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (rate(observer_tcp_connect_errors_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", error_type="EADDRNOTAVAIL"}[$__rate_interval]))',
+            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) ((' + grew('observer_tcp_connect_errors_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", error_type="EADDRNOTAVAIL"}', '1m') + ' / 60))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}} -> {{server_address}}:{{server_port}}',
             range: true,
             instant: false,
@@ -749,7 +750,7 @@ function(config)
         id: 12,
         type: 'timeseries',
         title: 'TIME_WAIT entries by process',
-        description: 'Whose sockets enter TIME_WAIT (the side that closes first). High rates mean short-lived connections: reuse them (keep-alive, a pool), or let the server close first. tcp_fin_timeout does not shorten TIME_WAIT (60 s, fixed).',
+        description: 'Whose sockets enter TIME_WAIT (the side that closes first). High rates mean short-lived connections: reuse them (keep-alive, a pool), or let the server close first. tcp_fin_timeout does not shorten TIME_WAIT (60 s, fixed). Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).',
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -778,7 +779,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (rate(observer_tcp_time_wait_entries_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) ((' + grew('observer_tcp_time_wait_entries_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60)))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}}',
             range: true,
             instant: false,
@@ -881,7 +882,7 @@ function(config)
         id: 15,
         type: 'timeseries',
         title: 'Listen overflows and full SYN queues by owner and port',
-        description: "Connections a listener dropped because its accept queue was full, by the process owning it and its port. Next: is the owner stuck (CPU, GC, a slow accept loop)? Compare its backlog (`ss -lnt sport = :<port>`, Send-Q) with the burst; raise listen()'s backlog and net.core.somaxconn together. Beside them, SYNs that met a full SYN queue (handshakes not completing as fast as SYNs come: a SYN flood, or clients whose last ACK is lost): `syncookie`, answered with SYN cookies; `drop`, dropped (syncookies off: each client waits 1 s). Counted where fentry or kprobes work; observer_probe_info{observer_hook=\"syn_queue_full\"} says `none` where not.",
+        description: "Connections a listener dropped because its accept queue was full, by the process owning it and its port. Next: is the owner stuck (CPU, GC, a slow accept loop)? Compare its backlog (`ss -lnt sport = :<port>`, Send-Q) with the burst; raise listen()'s backlog and net.core.somaxconn together. Beside them, SYNs that met a full SYN queue (handshakes not completing as fast as SYNs come: a SYN flood, or clients whose last ACK is lost): `syncookie`, answered with SYN cookies; `drop`, dropped (syncookies off: each client waits 1 s). Counted where fentry or kprobes work; observer_probe_info{observer_hook=\"syn_queue_full\"} says `none` where not. Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).",
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -910,7 +911,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) (rate(observer_tcp_listen_overflows_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval]))',
+            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port) ((' + grew('observer_tcp_listen_overflows_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}} port {{server_port}}',
             range: true,
             instant: false,
@@ -921,7 +922,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port, observer_syn_queue_action) (rate(observer_tcp_syn_queue_full_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval]))',
+            expr: 'sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_port, observer_syn_queue_action) ((' + grew('observer_tcp_syn_queue_full_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}} port {{server_port}}: SYN queue full, {{observer_syn_queue_action}}',
             range: true,
             instant: false,
@@ -1015,7 +1016,7 @@ function(config)
         id: 18,
         type: 'timeseries',
         title: 'Connects by process',
-        description: 'Connection attempts per second by process. A storm (a seed incident went from 800 to 12000 connections in 40 s) is a wall here: find the first process to jump. Next: its pool limits, retry policy (backoff, jitter), and what made it reconnect.',
+        description: 'Connection attempts per second by process. A storm (a seed incident went from 800 to 12000 connections in 40 s) is a wall here: find the first process to jump. Next: its pool limits, retry policy (backoff, jitter), and what made it reconnect. Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).',
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -1044,7 +1045,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (rate(observer_tcp_connects_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) ((' + grew('observer_tcp_connects_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60)))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}}',
             range: true,
             instant: false,
@@ -1069,7 +1070,7 @@ function(config)
         id: 19,
         type: 'timeseries',
         title: 'Accepts by process',
-        description: 'Connections accepted per second by server process: the receiving side of the storm. Accepts that stop growing while connects keep climbing mean the server no longer keeps up (see listen overflows).',
+        description: 'Connections accepted per second by server process: the receiving side of the storm. Accepts that stop growing while connects keep climbing mean the server no longer keeps up (see listen overflows). Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).',
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -1098,7 +1099,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) (rate(observer_tcp_accepts_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid) ((' + grew('observer_tcp_accepts_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60)))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} on {{host_name}}',
             range: true,
             instant: false,
@@ -1411,7 +1412,7 @@ function(config)
         id: 31,
         type: 'timeseries',
         title: 'New connections /s by process and destination',
-        description: 'Connections established per second from each process to each server. A high rate while the open count stays flat is a client without connection reuse: every request a new connection, a TIME_WAIT entry and a port.',
+        description: 'Connections established per second from each process to each server. A high rate while the open count stays flat is a client without connection reuse: every request a new connection, a TIME_WAIT entry and a port. Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).',
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -1440,7 +1441,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) (rate(observer_tcp_connections_established_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", observer_connection_direction="outbound"}[$__rate_interval])))',
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, server_address, server_port) ((' + grew('observer_tcp_connections_established_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process", observer_connection_direction="outbound"}', '1m') + ' / 60)))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} -> {{server_address}}:{{server_port}}',
             range: true,
             instant: false,
@@ -1640,7 +1641,7 @@ function(config)
         id: 35,
         type: 'timeseries',
         title: 'Handshake packets resent /s by process and destination',
-        description: "SYNs a process resent to a server (outbound) and SYN-ACKs a listener resent to its clients (inbound), counted when each handshake ends, established or failed. Each resent SYN cost its connect 1 s, then 2 s, 4 s: a lossy path, a firewall, a conntrack table full, or a server's full accept queue; SYN-ACKs resent are clients' last ACKs lost or this listener's queue full. A connect that timed out shows here with its ETIMEDOUT in the connect errors.",
+        description: "SYNs a process resent to a server (outbound) and SYN-ACKs a listener resent to its clients (inbound), counted when each handshake ends, established or failed. Each resent SYN cost its connect 1 s, then 2 s, 4 s: a lossy path, a firewall, a conntrack table full, or a server's full accept queue; SYN-ACKs resent are clients' last ACKs lost or this listener's queue full. A connect that timed out shows here with its ETIMEDOUT in the connect errors. Per second over the last minute, each process counted from the birth of its series (one that lived less than a scrape, a cron job or a CLI in a loop, included).",
         datasource: {
           type: 'prometheus',
           uid: '${datasource}',
@@ -1669,7 +1670,7 @@ function(config)
               type: 'prometheus',
               uid: '${datasource}',
             },
-            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, observer_connection_direction, server_address, server_port) (rate(observer_tcp_handshake_retransmits_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}[$__rate_interval])))',
+            expr: 'topk(10, sum by (%(clusterLabel)s, host_name, k8s_namespace_name, k8s_pod_name, process_executable_name, process_pid, observer_connection_direction, server_address, server_port) ((' + grew('observer_tcp_handshake_retransmits_total{%(observerSelector)s, %(clusterLabel)s=~"$cluster", host_name=~"$node", k8s_namespace_name=~"$namespace", k8s_pod_name=~"$pod", process_executable_name=~"$process"}', '1m') + ' / 60)))',
             legendFormat: '{{process_executable_name}} pid {{process_pid}} {{k8s_namespace_name}}/{{k8s_pod_name}} {{observer_connection_direction}} {{server_address}}:{{server_port}}',
             range: true,
             instant: false,

@@ -24,7 +24,9 @@ use crate::{
 /// Exit code: 0 all ok, 1 a warning, 2 a critical finding, 3 the checks
 /// could not run, 64 a command line it cannot use. Needs root (it enters
 /// every network namespace and reads every process's file descriptors).
-/// The daemon is not needed.
+/// The daemon is not needed; where one runs (or at --from), what only it
+/// knows is added: the servers whose connection limit it inferred, who
+/// opens the connections not reused and how long they live.
 ///
 /// Examples: `observer doctor --pid $(pidof payment-api)`,
 /// `observer doctor --pod shop/payment-api-7d9f`.

@@ -20,7 +20,7 @@ use common::{
     incidents::{Culprits, reproduce_incidents},
     prometheus::Prometheus,
     tool,
-    web::{CurlLoop, Nginx, Wrk, narrow_range},
+    web::{CurlLoop, Nginx, Redis, Wrk, narrow_range},
 };
 use observer::export::contract;
 use serde_json::Value;
@@ -634,14 +634,16 @@ fn short_lived_processes_show_on_the_connect_rate_panel() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The first incident's server, a limit nobody declared: it holds 5
-/// connections and closes every further one at once while a pool keeps
-/// opening new ones. Beside it, its look-alike: a server whose 5 pooled
-/// connections stay open and whose other clients open short connections
-/// at the same pace, closing each themselves. On a real Prometheus,
-/// observer_tcp_connection_limit_inferred equals the 5 `ss` shows held,
-/// and ObserverServerLimitInferred, unchanged from alerts.yaml, is
-/// pending for the first and never for the look-alike.
+/// The first incident's server, a limit nobody declared: a real database,
+/// redis-server with `maxclients 5`, holds 5 connections and turns every
+/// further one away at once ("-ERR max number of clients reached", then
+/// its FIN) while a pool keeps opening new ones. Beside it, its
+/// look-alike: a server whose 5 pooled connections stay open and whose
+/// other clients open short connections at the same pace, closing each
+/// themselves. On a real Prometheus, observer_tcp_connection_limit_inferred
+/// equals the 5 `ss` shows held, and ObserverServerLimitInferred,
+/// unchanged from alerts.yaml, is pending for the first and never for the
+/// look-alike.
 #[test]
 fn a_servers_undeclared_limit_is_inferred_and_its_look_alike_is_not() {
     let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
@@ -649,7 +651,7 @@ fn a_servers_undeclared_limit_is_inferred_and_its_look_alike_is_not() {
     let prometheus = Prometheus::start_with_rules(daemon.port, Some(&dashboards_dir().join("alerts.yaml")));
     let ns = observer_testing::Netns::new();
     let (limited, healthy) = ("127.0.0.1:27018", "127.0.0.1:27019");
-    let _limited_server = ns.serve(&["--listen", limited, "--hold", "--max-open", "5"]);
+    let _redis = Redis::start(&ns, limited, 5);
     let _healthy_server = ns.serve(&["--listen", healthy]);
     let _healthy_pool = ns.client_holding(&["--to", healthy, "--count", "5"]);
     let spawn = |args: &[&str]| {

@@ -8,7 +8,7 @@ use std::{process::Command, time::Duration};
 use common::{
     daemon::OBSERVER,
     pods::{Dirs, cgroup2_root},
-    web::{CurlLoop, Nginx, Wrk, narrow_range},
+    web::{CurlLoop, Nginx, Redis, Wrk, narrow_range},
 };
 use observer_testing::Netns;
 use serde_json::Value;
@@ -323,16 +323,16 @@ fn missing_reuse_is_named_as_the_cause_of_a_replayed_port_exhaustion() {
     assert_eq!(code, 1, "{report:#}");
 }
 
-/// A server's limit nobody declared, as the daemon inferred it: a server
-/// holding 5 connections and closing every further one at once while a
-/// pool keeps opening new ones. doctor, reading the daemon (--from), says
+/// A server's limit nobody declared, as the daemon inferred it:
+/// redis-server with `maxclients 5`, closing every further connection at
+/// once while a pool keeps opening new ones. doctor, reading the daemon (--from), says
 /// so; without a daemon to read at --from, it says why it cannot.
 #[test]
 fn a_server_limit_the_daemon_inferred_is_a_finding() {
     let daemon = common::daemon::start_daemon(&[]);
     let ns = Netns::new();
     let server = "127.0.0.1:27021";
-    let _server = ns.serve(&["--listen", server, "--hold", "--max-open", "5"]);
+    let _redis = Redis::start(&ns, server, 5);
     let mut pool = ns
         .command(&observer_testing::churn())
         .args(["connect", "--to", server, "--count", "120", "--hold", "--spread", "40s"])

@@ -45,6 +45,7 @@ pub fn run() -> Result<toolchain::Nightly> {
     debian_packages()?;
     prometheus()?;
     nginx()?;
+    redis()?;
     kubernetes_tools()?;
     container_tools()?;
     Ok(nightly)
@@ -120,40 +121,58 @@ pub fn nginx_bin() -> PathBuf {
 }
 
 fn prometheus() -> Result<()> {
-    unpacked("prometheus", &[prometheus_bin("prometheus"), prometheus_bin("promtool")])
+    unpacked("prometheus", &["prometheus"], &[prometheus_bin("prometheus"), prometheus_bin("promtool")])
 }
 
 fn nginx() -> Result<()> {
-    unpacked("nginx", &[nginx_bin()])
+    unpacked("nginx", &["nginx"], &[nginx_bin()])
 }
 
-/// Debian's `package` unpacked into target/tools/`package` (not installed:
+/// redis-server, the real database the server-limit tests turn away
+/// connections with (`maxclients`): Debian's redis-server (a link) and
+/// redis-tools (the binary) unpacked likewise (installing them starts a
+/// service), its two libraries installed.
+pub fn redis_bin() -> PathBuf {
+    tools_dir().join("redis/usr/bin/redis-server")
+}
+
+fn redis() -> Result<()> {
+    apt_install_packages(&["libjemalloc2", "liblzf1"])?;
+    unpacked("redis", &["redis-server", "redis-tools"], &[redis_bin()])
+}
+
+/// Debian's `packages` unpacked into target/tools/`dir` (not installed:
 /// no service started, no maintainer script run), unless `binaries` are
-/// there already. Its libraries must be on the machine (those of nginx and
-/// prometheus are in Debian's base).
-fn unpacked(package: &str, binaries: &[PathBuf]) -> Result<()> {
+/// there already. Their libraries must be on the machine (those of nginx
+/// and prometheus are in Debian's base; redis's are installed first).
+fn unpacked(dir: &str, packages: &[&str], binaries: &[PathBuf]) -> Result<()> {
     if binaries.iter().all(|b| b.exists()) {
         return Ok(());
     }
-    println!("setup: fetching Debian's {package} package into {}", tools_dir().join(package).display());
-    let download = tools_dir().join(format!("{package}-download"));
+    println!("setup: fetching Debian's {} into {}", packages.join(", "), tools_dir().join(dir).display());
+    let download = tools_dir().join(format!("{dir}-download"));
     let _ = fs::remove_dir_all(&download);
     fs::create_dir_all(&download)?;
     // apt fetches as its own user (_apt) when it may write there.
     fs::set_permissions(&download, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q", package]).status();
+    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q"]).args(packages).status();
     if !fetch().is_ok_and(|s| s.success()) {
         // A fresh machine may have no package lists yet.
         run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q", package]))
-            .with_context(|| format!("cannot download the {package} package"))?;
+        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q"]).args(packages))
+            .with_context(|| format!("cannot download {}", packages.join(", ")))?;
     }
-    let deb = fs::read_dir(&download)?
+    let debs: Vec<PathBuf> = fs::read_dir(&download)?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no .deb")?;
-    run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(tools_dir().join(package)))?;
+        .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        .collect();
+    if debs.len() != packages.len() {
+        bail!("apt-get download left {} .deb files for {}", debs.len(), packages.join(", "));
+    }
+    for deb in debs {
+        run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(tools_dir().join(dir)))?;
+    }
     fs::remove_dir_all(&download)?;
     Ok(())
 }

@@ -174,6 +174,7 @@ fn run_suite<S: AsRef<std::ffi::OsStr>>(
             .env("OBSERVER_PROMETHEUS", setup::prometheus_bin("prometheus"))
             .env("OBSERVER_PROMTOOL", setup::prometheus_bin("promtool"))
             .env("OBSERVER_NGINX", setup::nginx_bin())
+            .env("OBSERVER_REDIS", setup::redis_bin())
             // The deploy/ tests: kubernetes-validate and its Python (PyYAML).
             .env("OBSERVER_KUBERNETES_VALIDATE", setup::k8s_venv_bin("kubernetes-validate"))
             .env("OBSERVER_K8S_PYTHON", setup::k8s_venv_bin("python")),

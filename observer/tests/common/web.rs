@@ -1,8 +1,9 @@
 //! Real software for the incidents' replays, in a test's namespace: nginx
 //! (Debian's, unpacked by `cargo xtask setup`), a client that opens a new
 //! connection per request and retries each failure 3 times (a curl loop,
-//! as a CLI or a cron job in a loop does), and a pool that keeps its
-//! connections alive (wrk).
+//! as a CLI or a cron job in a loop does), a pool that keeps its
+//! connections alive (wrk), and a database with a connection limit
+//! (redis-server's `maxclients`, likewise unpacked).
 use std::{
     os::unix::process::CommandExt as _,
     path::PathBuf,
@@ -201,6 +202,57 @@ impl Wrk {
 }
 
 impl Drop for Wrk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// redis-server on `listen` in `ns`, holding at most `maxclients`
+/// connections: past them it answers "-ERR max number of clients reached"
+/// and closes each new one at once, as the first incident's database did.
+pub struct Redis {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Redis {
+    pub fn start(ns: &Netns, listen: &str, maxclients: u32) -> Self {
+        let binary = std::env::var_os("OBSERVER_REDIS").map(PathBuf::from).unwrap_or_else(|| "redis-server".into());
+        let dir = own_dir("redis");
+        let (addr, port) = listen.rsplit_once(':').unwrap();
+        let child = ns
+            .command(binary.to_str().unwrap())
+            .args(["--bind", addr, "--port", port, "--maxclients", &maxclients.to_string()])
+            // Nothing of its own on disk but its log: no snapshots, no
+            // append-only file, its working directory the test's.
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("{}: {e}: run the tests with `cargo xtask test`, which installs it", binary.display())
+            });
+        let redis = Self { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(redis.dir.join("log")).unwrap_or_default().contains("Ready to accept") {
+            assert!(Instant::now() < deadline, "redis-server not ready: {}", redis.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        redis
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -303,7 +303,7 @@ pub const DESTINATION_SHARE: usize = 4;
 /// The EADDRNOTAVAIL reserve: 1/this of `max_destinations` more.
 pub const EADDRNOTAVAIL_RESERVE: usize = 4;
 
-const EADDRNOTAVAIL: u32 = 99;
+const EADDRNOTAVAIL: u32 = nix::errno::Errno::EADDRNOTAVAIL as u32;
 
 #[derive(Clone, Default)]
 pub struct SeriesStore {

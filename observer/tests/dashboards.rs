@@ -573,7 +573,8 @@ fn missing_reuse_alerts_within_a_minute_of_a_replayed_exhaustion_and_never_for_a
 /// born at its final count, which rate() cannot see; the panel that
 /// compares a program's connect rate with its own last 30 minutes must
 /// still show it, having counted every connect the kernel made
-/// (TcpActiveOpens of the namespace), and the ranking by process too.
+/// (TcpActiveOpens of the namespace), and so must the ranking by process
+/// and the "Is it happening?" rate.
 #[test]
 fn short_lived_processes_show_on_the_connect_rate_panel() {
     let _beside_others = NODE_WIDE.read().unwrap_or_else(|e| e.into_inner());
@@ -631,6 +632,12 @@ fn short_lived_processes_show_on_the_connect_rate_panel() {
     let ranked = prometheus.query(&expr);
     assert_eq!(ranked.len(), 10, "{expr}: {ranked:?}");
     assert!(ranked.iter().all(|(_, v)| (v - 1.0 / 60.0).abs() < 1e-9), "{expr}: {ranked:?}");
+    // And "Is it happening?": its 30 connects in the last minute.
+    let panel = panels(&avalanche).into_iter().find(|p| p["title"] == "Connects /s").expect("the panel");
+    let expr = substitute(panel["targets"][0]["expr"].as_str().unwrap(), now() - started)
+        .replace("process_executable_name=~\".*\"", "process_executable_name=\"short-cli\"");
+    let now_rate = prometheus.query(&expr);
+    assert!(now_rate.len() == 1 && (now_rate[0].1 - opened / 60.0).abs() < 1e-9, "{expr}: {now_rate:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

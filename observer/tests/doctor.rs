@@ -235,14 +235,10 @@ fn a_client_without_connection_reuse_is_named_with_its_destination() {
     assert_eq!(churn.connected, 3200, "{churn:?}");
     let pool = ns.client_holding(&["--to", "127.0.0.1:7401", "--count", "6"]);
     assert_eq!(pool.report.connected, 6);
-    let time_wait_toward = |dst: &str| {
-        let out = ns.command("ss").args(["-Htan", "state", "time-wait", "dst", dst]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count() as u64
-    };
 
     let (code, report) = doctor(&["--netns", &format!("/run/netns/{}", ns.name)]);
     let churned = find(&report, "connection-reuse", "-> 127.0.0.1:7400");
-    assert_eq!(churned["used"], time_wait_toward("127.0.0.1:7400"), "TIME_WAIT toward it, as ss lists: {churned}");
+    assert_eq!(churned["used"], time_wait_toward(&ns, "127.0.0.1:7400"), "TIME_WAIT toward it, as ss lists: {churned}");
     let range = &report["namespaces"][0]["settings"]["ip_local_port_range"];
     let ports = range[1].as_u64().unwrap() - range[0].as_u64().unwrap() + 1;
     assert_eq!((&churned["limit"], &churned["verdict"]), (&ports.into(), &"warning".into()), "{churned}");

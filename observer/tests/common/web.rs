@@ -32,6 +32,28 @@ fn own_dir(what: &str) -> PathBuf {
     dir
 }
 
+/// A server or client of a test, with a directory of its own (its
+/// configuration, its log): killed, and its directory removed, on drop.
+struct Running {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Running {
+    /// The text of `file` in its directory (a log), or nothing yet.
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Kill a child's whole process group (a loop's curl, not only its shell).
 fn kill_group(child: &mut Child) {
     let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
@@ -41,10 +63,7 @@ fn kill_group(child: &mut Child) {
 
 /// nginx serving `200 ok` on one address, HTTP/1.1 keep-alive as shipped
 /// (it closes a connection after 1,000 requests, or 75 s idle).
-pub struct Nginx {
-    child: Child,
-    dir: PathBuf,
-}
+pub struct Nginx(Running);
 
 impl Nginx {
     /// Listening on `listen` (e.g. 127.0.0.1:8080) in `ns`, answering.
@@ -76,7 +95,7 @@ impl Nginx {
             .unwrap_or_else(|e| {
                 panic!("{}: {e}: run the tests with `cargo xtask test`, which installs it", binary.display())
             });
-        let nginx = Self { child, dir };
+        let nginx = Self(Running { child, dir });
         let url = format!("http://{listen}/");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ns.command("curl").args(["-sf", "-o", "/dev/null", &url]).status().unwrap().success() {
@@ -87,19 +106,11 @@ impl Nginx {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.child.id()
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.0.read("error.log")
     }
 }
 
@@ -161,8 +172,7 @@ impl Drop for CurlLoop {
 /// `duration`, each sending a request every 100 ms (a pool at a steady
 /// rate, not a load test: the machine stays free for the rest).
 pub struct Wrk {
-    child: Child,
-    dir: PathBuf,
+    running: Running,
     /// `ss`'s filter for its connections (`dport = :8080`).
     toward: String,
 }
@@ -183,11 +193,11 @@ impl Wrk {
             .spawn()
             .expect("wrk: run the tests with `cargo xtask test`, which installs it");
         let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
-        Self { child, dir, toward: format!("dport = :{port}") }
+        Self { running: Running { child, dir }, toward: format!("dport = :{port}") }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.running.child.id()
     }
 
     /// Wait (at most 30 s) until all its `connections` are open, as `ss`
@@ -201,21 +211,10 @@ impl Wrk {
     }
 }
 
-impl Drop for Wrk {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// redis-server on `listen` in `ns`, holding at most `maxclients`
 /// connections: past them it answers "-ERR max number of clients reached"
 /// and closes each new one at once, as the first incident's database did.
-pub struct Redis {
-    child: Child,
-    dir: PathBuf,
-}
+pub struct Redis(Running);
 
 impl Redis {
     pub fn start(ns: &Netns, listen: &str, maxclients: u32) -> Self {
@@ -238,24 +237,12 @@ impl Redis {
             .unwrap_or_else(|e| {
                 panic!("{}: {e}: run the tests with `cargo xtask test`, which installs it", binary.display())
             });
-        let redis = Self { child, dir };
+        let redis = Running { child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(redis.dir.join("log")).unwrap_or_default().contains("Ready to accept") {
-            assert!(Instant::now() < deadline, "redis-server not ready: {}", redis.log());
+        while !redis.read("log").contains("Ready to accept") {
+            assert!(Instant::now() < deadline, "redis-server not ready: {}", redis.read("log"));
             std::thread::sleep(Duration::from_millis(50));
         }
-        redis
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        Self(redis)
     }
 }

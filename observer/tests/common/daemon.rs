@@ -78,10 +78,18 @@ fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Dae
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .unwrap();
-    let daemon = Daemon { child, port, log };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut daemon = Daemon { child, port, log };
+    // A start takes ~0.5 s on the host and 3-7 s in an idle guest under
+    // software emulation, but a guest starved by its neighbours (another
+    // guest, the host suite, the image build) once logged nothing in 20 s:
+    // the deadline is for a daemon that hangs, and one that exits is
+    // reported at once.
+    let deadline = Instant::now() + Duration::from_secs(90);
     while scrape(port).is_none() {
-        assert!(Instant::now() < deadline, "observer did not start serving:\n{}", daemon.log());
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            panic!("observer exited ({status}) before serving:\n{}", daemon.log());
+        }
+        assert!(Instant::now() < deadline, "observer did not start serving in 90 s:\n{}", daemon.log());
         std::thread::sleep(Duration::from_millis(100));
     }
     daemon

@@ -82,6 +82,9 @@ pub struct LimitInference {
     servers: HashMap<Server, VecDeque<(Instant, Sample)>>,
     /// Servers left unfollowed because `MAX_SERVERS` were (logged once).
     skipped_reported: bool,
+    /// Servers with connections in the last round that were left
+    /// unfollowed (`unfollowed`).
+    unfollowed: usize,
 }
 
 fn server_of(key: &ConnectionKey) -> Option<Server> {
@@ -119,13 +122,24 @@ impl LimitInference {
             sample.by_server += c.closed_by_peer;
             sample.quick += c.closed[..QUICK_BUCKETS].iter().sum::<u64>();
         }
+        // A server whose samples are all older than the window is forgotten
+        // first, making room for the round's new ones.
+        self.servers.retain(|_, samples| {
+            while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {
+                samples.pop_front();
+            }
+            !samples.is_empty()
+        });
+        self.unfollowed = 0;
         for (server, sample) in round {
             if !self.servers.contains_key(&server) && self.servers.len() >= MAX_SERVERS {
+                self.unfollowed += 1;
                 if !self.skipped_reported {
                     self.skipped_reported = true;
                     tracing::warn!(
                         "connections toward more than {MAX_SERVERS} servers at once: the further ones are not \
-                         judged for a server-side connection limit until others are idle for {}s",
+                         judged for a server-side connection limit until others are idle for {}s \
+                         (observer_tcp_connection_limit_inference_unfollowed counts them each round)",
                         WINDOW.as_secs()
                     );
                 }
@@ -133,17 +147,17 @@ impl LimitInference {
             }
             self.servers.entry(server).or_default().push_back((now, sample));
         }
-        // A server whose samples are all older than the window is forgotten.
-        self.servers.retain(|_, samples| {
-            while samples.front().is_some_and(|(at, _)| now.duration_since(*at) > WINDOW) {
-                samples.pop_front();
-            }
-            !samples.is_empty()
-        });
         let mut limits: Vec<InferredLimit> =
             self.servers.iter().filter_map(|(server, samples)| judge(*server, samples, now)).collect();
         limits.sort_by_key(|l| l.server);
         limits
+    }
+
+    /// Servers with connections in the last round that were not judged,
+    /// `MAX_SERVERS` being followed already: what the bound costs, as a
+    /// number (exported; the log says it once).
+    pub fn unfollowed(&self) -> usize {
+        self.unfollowed
     }
 }
 
@@ -224,6 +238,27 @@ mod tests {
         assert!(run(20, 10, 5000, 5000, true).iter().all(Vec::is_empty));
         // Too few ends to judge.
         assert!(run(20, 40, 0, 0, true).iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn servers_beyond_those_followed_are_counted_each_round_until_others_go_idle() {
+        let mut inference = LimitInference::default();
+        let start = Instant::now();
+        let toward = |server: usize| {
+            let mut key = key(1);
+            key.port = 1000 + server as u16;
+            (key, 1)
+        };
+        let many: Vec<(ConnectionKey, u64)> = (0..MAX_SERVERS + 3).map(toward).collect();
+        inference.update(start, &[], &many[..MAX_SERVERS]);
+        assert_eq!(inference.unfollowed(), 0);
+        inference.update(start + Duration::from_secs(1), &[], &many);
+        assert_eq!(inference.unfollowed(), 3);
+        // The first ones idle for the window since their last round: the
+        // 3 taken on in the round that forgets them.
+        let later = start + Duration::from_secs(1) + WINDOW + Duration::from_secs(1);
+        inference.update(later, &[], &many[MAX_SERVERS..]);
+        assert_eq!(inference.unfollowed(), 0);
     }
 
     #[test]

@@ -194,6 +194,7 @@ impl Rounds {
         self.series.apply(&deltas);
         let mut gauges = self.gauges(node, &deltas);
         gauges.inferred_limits = self.limit_inference.update(now, &deltas.connections, &deltas.open_connections);
+        gauges.servers_unfollowed = self.limit_inference.unfollowed() as u64;
         // After the gauges: a destination with a connection open is in use.
         self.series.recycle_destinations(self.destination_idle_rounds);
         let snapshot = Snapshot {
@@ -271,6 +272,7 @@ impl Rounds {
             open_connections,
             connection_limits: self.connection_limits.clone(),
             inferred_limits: Vec::new(),
+            servers_unfollowed: 0,
             sweep,
         }
     }

@@ -55,6 +55,8 @@ pub struct NodeGauges {
     /// The servers' limits nobody declared, as this node sees them turn
     /// new connections away (`inferred_limits.rs`).
     pub inferred_limits: Vec<crate::inferred_limits::InferredLimit>,
+    /// Servers the inference could not follow (`LimitInference::unfollowed`).
+    pub servers_unfollowed: u64,
     /// How the sweep read the namespaces.
     pub sweep: SweepCounts,
 }

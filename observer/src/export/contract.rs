@@ -383,6 +383,16 @@ pub const TCP_CONNECTION_LIMIT_INFERRED: Instrument = Instrument {
     attributes: &[CONNECTION],
 };
 
+pub const TCP_CONNECTION_LIMIT_INFERENCE_UNFOLLOWED: Instrument = Instrument {
+    name: "observer.tcp.connection.limit.inference.unfollowed",
+    kind: Kind::Gauge,
+    unit: "{server}",
+    description: "Servers this node had connections toward in the last round that the inference of \
+                  observer.tcp.connection.limit.inferred did not judge: it follows 1024 at once, and takes \
+                  on others as those are idle for 15 s (should stay 0)",
+    attributes: &[],
+};
+
 // The node's ceilings, next to their usage.
 
 pub const OPEN_FILE_DESCRIPTORS: Instrument = Instrument {
@@ -754,6 +764,7 @@ pub const ALL: &[&Instrument] = &[
     &TCP_CONNECTION_USAGE,
     &TCP_CONNECTION_LIMIT,
     &TCP_CONNECTION_LIMIT_INFERRED,
+    &TCP_CONNECTION_LIMIT_INFERENCE_UNFOLLOWED,
     &OPEN_FILE_DESCRIPTORS,
     &OPEN_FILE_DESCRIPTOR_LIMIT,
     &EPHEMERAL_PORT_USAGE,

@@ -136,6 +136,9 @@ pub(super) fn register_connections(meter: &Meter, published: &Arc<Published>) {
             obs.observe(inferred.limit, &attrs);
         }
     });
+    u64_gauge(meter, published, &contract::TCP_CONNECTION_LIMIT_INFERENCE_UNFOLLOWED, move |st, obs| {
+        obs.observe(st.node.servers_unfollowed, &[])
+    });
     u64_gauge(meter, published, &contract::TCP_CONNECTION_USAGE, move |st, obs| {
         observe_connections(&st.node.open_connections, obs)
     });

@@ -36,7 +36,8 @@ pub struct Options {
     pub vm_kernels: Vec<String>,
     /// Matrix: only these attach modes of each kernel's (e.g. `--vm-modes
     /// kprobe`); the tests run in one mode only (attach_modes, connections,
-    /// connection_times, connection_ends) run where a kernel's first mode
+    /// connection_times, connection_ends) and single tests of the others
+    /// (`FIRST_MODE_ONLY_CASES` in vm.rs) run where a kernel's first mode
     /// (auto) is among them.
     #[arg(long, value_delimiter = ',')]
     pub vm_modes: Vec<String>,

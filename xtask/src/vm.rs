@@ -149,8 +149,8 @@ const FIRST_MODE_ONLY_TESTS: &[&str] = &["attach_modes", "connections", "connect
 /// `client_first_close_is_charged_to_the_client` and
 /// `unseen_time_wait_entries_are_what_the_counts_are_short_by` assert; the
 /// trace's filters and its closed pipe act on events whose delivery in
-/// each mode the trace's other tests assert. ~80 s of a kprobe guest's
-/// ~380 under emulation.
+/// each mode the trace's other tests assert. 41-52 s of a kprobe guest's
+/// 241-278 under emulation here.
 const FIRST_MODE_ONLY_CASES: &[(&str, &[&str])] = &[
     (
         "listen_overflow",

@@ -262,6 +262,13 @@ mod tests {
     }
 
     #[test]
+    fn the_metrics_description_states_the_bound_and_the_window() {
+        let description = crate::export::contract::TCP_CONNECTION_LIMIT_INFERENCE_UNFOLLOWED.description;
+        assert!(description.contains(&format!("follows {MAX_SERVERS} at once")), "{description}");
+        assert!(description.contains(&format!("idle for {} s", WINDOW.as_secs())), "{description}");
+    }
+
+    #[test]
     fn a_count_still_growing_is_not_a_ceiling() {
         let mut inference = LimitInference::default();
         let start = Instant::now();

@@ -44,7 +44,9 @@ pub mod tcp_state {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Actor {
     pub tgid: u32,
-    pub _pad: u32,
+    /// 0 in every key that embeds the actor; in a `SOCK_OWNERS` value,
+    /// `owner_flags` about the socket.
+    pub owner_flags: u32,
     pub cgroup_id: u64,
     pub comm: [u8; TASK_COMM_LEN],
 }
@@ -67,7 +69,8 @@ pub struct ProcCounters {
     pub connects: u64,
     /// Connections handed to the process by accept().
     pub accepts: u64,
-    /// Sockets of this process that went to TIME_WAIT (`tcp_time_wait`).
+    /// Sockets of this process that went to TIME_WAIT (FIN_WAIT2/CLOSING ->
+    /// CLOSE without error, as `tcp_time_wait` hands them on).
     pub time_wait_entries: u64,
 }
 
@@ -320,9 +323,6 @@ pub struct IteratedSocket {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// 1: no `tcp_time_wait` hook attached; `sock_state` counts TIME_WAIT
-    /// entries from state changes (with `time_wait_backup` behind it).
-    pub time_wait_from_state: u32,
     /// Which of the two buffers of counter maps the programs count into
     /// now (0 or 1); userspace reads and empties the other (see `buffers`).
     pub buffer: u32,
@@ -413,22 +413,12 @@ pub struct KeysCreated {
     pub connections: u64,
 }
 
-/// The sockets whose TIME_WAIT entry a CPU counted last (see time_wait.rs
-/// in the eBPF crate): of the two programs that see each event, the first
-/// counts and notes the socket here, the second finds the note and takes
-/// it off; so an event the kernel gave to only one of them (the other was
-/// already running on that CPU) is still counted once.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecentlyCounted {
-    pub socks: [u64; RecentlyCounted::SLOTS],
-    pub next: u64,
-}
-
-impl RecentlyCounted {
-    /// Events interleave at most one level deep per CPU (a softirq
-    /// interrupting a process-context run), so a few slots are plenty.
-    pub const SLOTS: usize = 4;
+/// Bits of `Actor::owner_flags` in a `SOCK_OWNERS` value.
+pub mod owner_flags {
+    /// The socket sent the first FIN (it entered FIN_WAIT1, in its
+    /// closing process's context): its CLOSE is a TIME_WAIT entry unless
+    /// an error ended it (see time_wait.rs in the eBPF crate).
+    pub const CLOSED_FIRST: u32 = 1;
 }
 
 /// Indexes of the `LOST` per-CPU array: updates the kernel side could not
@@ -514,7 +504,7 @@ const _: () = {
     assert!(size_of::<ClosedListener>() == 56);
     assert!(size_of::<InflightConnect>() == 56);
     assert!(size_of::<ThreadConnect>() == 88);
-    assert!(size_of::<Config>() == 20);
+    assert!(size_of::<Config>() == 16);
     assert!(size_of::<TraceEvent>() == 72);
     assert!(size_of::<KeysCreated>() == 24);
     assert!(size_of::<ConnectionKey>() == 64);
@@ -522,5 +512,4 @@ const _: () = {
     assert!(size_of::<IteratedSocket>() == 56);
     assert!(size_of::<QueuedEnd>() == 72);
     assert!(size_of::<OpenConnection>() == 80);
-    assert!(size_of::<RecentlyCounted>() == 40);
 };

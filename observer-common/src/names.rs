@@ -55,10 +55,7 @@ pub mod programs {
     pub const INET_CSK_ACCEPT_KRETPROBE: &str = "inet_csk_accept_kretprobe";
     pub const ACCEPT4_EXIT: &str = "accept4_exit";
     pub const ACCEPT_EXIT: &str = "accept_exit";
-    pub const TCP_TIME_WAIT_FENTRY: &str = "tcp_time_wait_fentry";
-    pub const TCP_TIME_WAIT_FENTRY_TWIN: &str = "tcp_time_wait_fentry_twin";
-    pub const TCP_TIME_WAIT_KPROBE: &str = "tcp_time_wait_kprobe";
-    pub const TIME_WAIT_TWIN: &str = "time_wait_twin";
+    pub const TIME_WAIT_MISSED: &str = "time_wait_missed";
     pub const SOCK_STATE: &str = "sock_state";
     pub const PROCESS_EXIT: &str = "process_exit";
     pub const OVERFLOW_SYN_FENTRY: &str = "overflow_syn_fentry";
@@ -86,10 +83,7 @@ pub mod programs {
         INET_CSK_ACCEPT_KRETPROBE,
         ACCEPT4_EXIT,
         ACCEPT_EXIT,
-        TCP_TIME_WAIT_FENTRY,
-        TCP_TIME_WAIT_FENTRY_TWIN,
-        TCP_TIME_WAIT_KPROBE,
-        TIME_WAIT_TWIN,
+        TIME_WAIT_MISSED,
         SOCK_STATE,
         PROCESS_EXIT,
         OVERFLOW_SYN_FENTRY,

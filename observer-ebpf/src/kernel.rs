@@ -92,7 +92,7 @@ pub fn current_actor() -> Actor {
     if !read {
         comm = bpf_get_current_comm().unwrap_or_default();
     }
-    Actor { tgid, _pad: 0, cgroup_id, comm }
+    Actor { tgid, owner_flags: 0, cgroup_id, comm }
 }
 
 /// Who a socket's events are charged to: its owner, recorded in process
@@ -102,9 +102,16 @@ pub fn current_actor() -> Actor {
 #[inline(always)]
 pub fn sock_owner(sk: impl Sock) -> Actor {
     match unsafe { SOCK_OWNERS.get(&sk.addr()) } {
-        Some(owner) => *owner,
-        None => Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() },
+        Some(owner) => Actor { owner_flags: 0, ..*owner },
+        None => unknown_owner(sk),
     }
+}
+
+/// The owner of a socket no process context was seen for: tgid 0 in the
+/// socket's own cgroup, so it still names its pod.
+#[inline(always)]
+pub fn unknown_owner(sk: impl Sock) -> Actor {
+    Actor { cgroup_id: sock_cgroup_id(sk), ..Actor::default() }
 }
 
 /// The `struct sock *` behind file descriptor `fd` of the current task, or 0.

@@ -7,8 +7,8 @@ use aya_ebpf::{
 };
 use observer_common::{
     Actor, ClosedListener, Config, ConnectErrorKey, ConnectionCounts, ConnectionKey, InflightConnect, KernelOffsets,
-    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, QueuedEnd, RecentlyCounted,
-    ThreadConnect, capacity, lost, lru,
+    KeysCreated, ListenerDropKey, ListenerKey, OpenConnection, ProcCounters, ProcKey, QueuedEnd, ThreadConnect,
+    capacity, lost, lru,
 };
 
 /// Field offsets of this kernel, filled in by userspace from BTF at load.
@@ -149,7 +149,8 @@ pub static QUEUED_END_SCRATCH: PerCpuArray<QueuedEnd> = PerCpuArray::with_max_en
 pub static CLOSED_LISTENERS: Queue<ClosedListener> = Queue::with_max_entries(capacity::CLOSED_LISTENERS, 0);
 
 /// Who owns a socket (key: `struct sock *`), recorded in process context
-/// (connect, accept, listen) so softirq-time events can be attributed.
+/// (connect, accept, listen) so softirq-time events can be attributed;
+/// `owner_flags` in the value say more of the socket (time_wait.rs).
 #[map]
 pub static SOCK_OWNERS: LruHashMap<u64, Actor> = LruHashMap::with_max_entries(capacity::SOCK_OWNERS, 0);
 
@@ -173,11 +174,6 @@ pub static THREAD_CONNECTS: LruHashMap<u64, ThreadConnect> = LruHashMap::with_ma
 /// a grace period and deletes their counters.
 #[map]
 pub static EXITED: HashMap<u32, u32> = HashMap::with_max_entries(capacity::EXITED, 0);
-
-/// Per CPU, the sockets whose TIME_WAIT entry one program of a pair counted
-/// and the other has not seen yet (see time_wait.rs).
-#[map]
-pub static TIME_WAIT_RECENT: PerCpuArray<RecentlyCounted> = PerCpuArray::with_max_entries(1, 0);
 
 /// TIME_WAIT entries per network namespace (its inode), cumulative: the
 /// same events as the process counters, kept apart so userspace can check

@@ -7,8 +7,9 @@
 //! - -> LISTEN: record the listener's owner for userspace;
 //! - LISTEN -> CLOSE: where the sweep reads listeners' drop counters (no
 //!   overflow hook), queue the listener's last one for userspace;
-//! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry, where no tcp_time_wait
-//!   hook is attached (one of the pair of programs of time_wait.rs);
+//! - -> FIN_WAIT1: the socket sent the first FIN, so its CLOSE will be a
+//!   TIME_WAIT entry (time_wait.rs);
+//! - FIN_WAIT2/CLOSING -> CLOSE: a TIME_WAIT entry (time_wait.rs);
 //! - CLOSE -> SYN_SENT, -> ESTABLISHED, ESTABLISHED ->: a connection's
 //!   SYN, start and end (connections.rs);
 //! - -> CLOSE: forget the socket's owner.
@@ -18,13 +19,13 @@ use observer_common::{ClosedListener, ListenerKey, lost, lru, tcp_state::*};
 use crate::{
     connect::{connect_settled, syn_sent_in_connect},
     connections::{connection_ended, connection_established, connection_failed, connection_syn_sent},
-    counters::{count_lost, lru_insert, lru_remove, lru_remove_if_there},
+    counters::{count_lost, lru_insert, lru_remove_if_there},
     kernel::{
         IPPROTO_TCP, Sock, TypedSock, current_actor, sock_family, sock_local_port, sock_netns, sock_owner,
         sock_protocol,
     },
     maps::{CLOSED_LISTENERS, INFLIGHT_CONNECTS, LISTENERS, SOCK_OWNERS, config, offset},
-    time_wait::{count_once_per_pair, is_time_wait_entry},
+    time_wait::{closed_first, count_time_wait, is_time_wait_entry, take_owner},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
@@ -40,17 +41,14 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         || new == LISTEN
         || new == CLOSE
         || new == ESTABLISHED
-        || old == ESTABLISHED)
+        || old == ESTABLISHED
+        || new == FIN_WAIT1)
     {
         return 0;
     }
     let sk = TypedSock(ctx.arg(0));
     if sock_protocol(sk) != IPPROTO_TCP {
         return 0;
-    }
-    // Before the owner is forgotten below.
-    if config().time_wait_from_state == 1 && is_time_wait_entry(sk, old, new) {
-        count_once_per_pair(sk);
     }
     if new == ESTABLISHED {
         connection_established(sk, old);
@@ -70,10 +68,16 @@ pub fn sock_state(ctx: BtfTracePointContext) -> i32 {
         }
         (_, LISTEN) => record_listener(sk),
         (LISTEN, CLOSE) if config().listen_drops_from_sweep == 1 => record_closed_listener(sk),
+        (_, FIN_WAIT1) => closed_first(sk),
         _ => {}
     }
     if new == CLOSE {
-        lru_remove(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr());
+        // The socket's owner is forgotten here: an entry left at its
+        // destroy tells `time_wait_missed` this run was skipped.
+        let owner = take_owner(sk);
+        if is_time_wait_entry(sk, old, new) {
+            count_time_wait(sk, owner);
+        }
         if old != SYN_SENT {
             // Normally gone already; never let an entry outlive its socket,
             // since a new socket may get the same address.

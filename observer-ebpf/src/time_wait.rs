@@ -1,81 +1,53 @@
-//! TIME_WAIT entries. Counted in softirq as often as in process context, so
-//! the socket's owner comes from `SOCK_OWNERS` (filled in process context at
-//! connect/accept/listen).
+//! TIME_WAIT entries, in every attach mode: a socket handed on to a
+//! timewait socket goes FIN_WAIT2/CLOSING -> CLOSE without error, a state
+//! change `sock_state` (state.rs) sees. Counted in softirq as often as in
+//! process context, so the socket's owner comes from `SOCK_OWNERS` (filled
+//! in process context at connect/accept/listen, and at the first FIN).
 //!
-//! Counted by a pair of programs: the kernel does not run a program that
-//! fires while the same program is already running on that CPU (a softirq
-//! interrupting a process-context run; it counts these in
-//! `recursion_misses`). Under a connection storm that lost ~1 in 10^4
-//! entries. So each way of counting has two programs on the same hook, and
-//! both see every event unless one of them was nested into; interrupts nest
-//! one level per CPU, so at least one runs. The first to run counts and
-//! notes the socket in a per-CPU list (`TIME_WAIT_RECENT`), the second
-//! finds the note and takes it off (`count_once_per_pair`). Which of the
-//! two runs first does not matter for the count (an fentry trampoline runs
-//! the newest program first on some kernels, tracepoints the oldest), but
-//! `sock_state`, which forgets the socket's owner at CLOSE, must run second:
-//! a note left behind by a skipped twin makes the next socket at that
-//! address count on the twin that runs second, which must still find the
-//! owner. So `time_wait_twin` is attached before `sock_state`, and the
-//! kprobe fires before tcp_done() reaches the tracepoint.
-//! The twin of the kprobe is `sock_state` (tp_btf): kprobes share one
-//! busy flag, which a second kprobe would trip over just the same. The two
-//! see the same events: every tcp_time_wait() call ends in tcp_done(), the
-//! FIN_WAIT2/CLOSING -> CLOSE change `sock_state` counts, on the same CPU.
-use aya_ebpf::{
-    macros::{btf_tracepoint, fentry, kprobe},
-    programs::{BtfTracePointContext, FEntryContext, ProbeContext},
-};
-use observer_common::{RecentlyCounted, tcp_state::*, trace_event};
+//! The runs the kernel skips: it does not run a program that fires while
+//! the same program is already running on that CPU (a softirq interrupting
+//! a process-context run of `sock_state`; counted in its recursion misses),
+//! which under a connection storm lost ~1 in 10^4 entries. Those are
+//! counted by `time_wait_missed`, on `tcp_destroy_sock`, which fires after
+//! that CLOSE (in the same call for a socket its process closed, else at
+//! its last close()): 2 runs per connection, where a twin of `sock_state`
+//! on every state change cost 10 (BENCHMARKS.md). It knows
+//! - that `sock_state` missed the socket's CLOSE: that run takes the
+//!   socket's `SOCK_OWNERS` entry out, so an entry still there at destroy
+//!   is one whose CLOSE it did not see;
+//! - that the CLOSE was a TIME_WAIT entry: the socket sent the first FIN
+//!   (`owner_flags::CLOSED_FIRST`, set at FIN_WAIT1, in the closing
+//!   process's context: never a nested run, so never skipped) and no error
+//!   ended it. Missed aborts after the first
+//!   FIN without an error (TCP_LINGER2 < 0, a full timewait table) would
+//!   count as entries: `sock_state` counts those alike.
+//!
+//! Both programs cannot miss one socket: a run is skipped only while the
+//! same program runs on that CPU in the context it interrupted, which runs
+//! one program at a time.
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use observer_common::{Actor, lru, owner_flags, tcp_state::*, trace_event};
 
 use crate::{
-    counters::{ProcCounter, bump_netns_time_wait, bump_proc},
-    kernel::{IPPROTO_TCP, ProbedSock, Sock, TypedSock, sock_err, sock_family, sock_netns, sock_owner, sock_protocol},
-    maps::TIME_WAIT_RECENT,
+    counters::{ProcCounter, bump_netns_time_wait, bump_proc, lru_insert, lru_remove},
+    kernel::{
+        IPPROTO_TCP, Sock, TypedSock, current_actor, sock_err, sock_family, sock_netns, sock_protocol, unknown_owner,
+    },
+    maps::SOCK_OWNERS,
     trace,
 };
 
-/// void tcp_time_wait(struct sock *sk, int state, int timeo): the socket is
-/// handed to a timewait socket (substate TIME_WAIT or FIN_WAIT2).
-#[fentry(function = "tcp_time_wait")]
-pub fn tcp_time_wait_fentry(ctx: FEntryContext) -> u32 {
-    count_once_per_pair(TypedSock(ctx.arg(0)));
-    0
-}
-
-/// The other program of the pair (see the module comment).
-#[fentry(function = "tcp_time_wait")]
-pub fn tcp_time_wait_fentry_twin(ctx: FEntryContext) -> u32 {
-    count_once_per_pair(TypedSock(ctx.arg(0)));
-    0
-}
-
-/// Same as `tcp_time_wait_fentry`, for kernels where fentry is unavailable.
-/// Its twin is `sock_state` (tp_btf): kprobes share one per-CPU busy flag
-/// with the tracepoint programs, so a second kprobe would be skipped
-/// together with this one, while a tp_btf program is not.
-#[kprobe]
-pub fn tcp_time_wait_kprobe(ctx: ProbeContext) -> u32 {
-    if let Some(sk) = ctx.arg::<u64>(0) {
-        count_once_per_pair(ProbedSock(sk));
-    }
-    0
-}
-
-/// Fallback where neither fentry nor kprobes exist, on inet_sock_set_state
-/// (TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)):
-/// `sock_state` is one program of the pair (see `is_time_wait_entry`), this
-/// one, attached before it, the other.
-#[btf_tracepoint(function = "inet_sock_set_state")]
-pub fn time_wait_twin(ctx: BtfTracePointContext) -> i32 {
-    let old: i32 = ctx.arg(1);
-    let new: i32 = ctx.arg(2);
-    if new != CLOSE || (old != FIN_WAIT2 && old != CLOSING) {
-        return 0;
-    }
+/// TP_PROTO(struct sock *sk): the socket is freed (it is in CLOSE). See
+/// the module comment.
+#[btf_tracepoint(function = "tcp_destroy_sock")]
+pub fn time_wait_missed(ctx: BtfTracePointContext) -> i32 {
     let sk = TypedSock(ctx.arg(0));
-    if is_time_wait_entry(sk, old, new) {
-        count_once_per_pair(sk);
+    if let Some(owner) = take_owner(sk)
+        && owner.owner_flags & owner_flags::CLOSED_FIRST != 0
+        && sock_protocol(sk) == IPPROTO_TCP
+        && sock_err(sk) == 0
+    {
+        count_time_wait(sk, Some(owner));
     }
     0
 }
@@ -87,42 +59,40 @@ pub fn is_time_wait_entry(sk: impl Sock, old: i32, new: i32) -> bool {
     new == CLOSE && (old == FIN_WAIT2 || old == CLOSING) && sock_protocol(sk) == IPPROTO_TCP && sock_err(sk) == 0
 }
 
-/// Count the entry unless the other program of the pair already did for
-/// this event; each program of the pair calls this once per event.
-///
-/// A note is left behind only when the other program's run was skipped;
-/// the next event of a socket at that address then finds it and is still
-/// counted exactly once (by the second program of that pair).
+/// The socket sends the first FIN (-> FIN_WAIT1, in the context of the
+/// process closing it): mark its owner entry, or enter that process as its
+/// owner where none was recorded (a socket older than observer, or one the
+/// LRU map forgot).
 #[inline(always)]
-pub fn count_once_per_pair(sk: impl Sock) {
-    let Some(recent) = TIME_WAIT_RECENT.get_ptr_mut(0) else {
-        return count_time_wait(sk);
-    };
-    // SAFETY: this CPU's copy. Only an interrupt can run in between, and
-    // it runs a program of the pair only if that one is not running here.
-    let recent = unsafe { &mut *recent };
-    for slot in recent.socks.iter_mut() {
-        if *slot == sk.addr() {
-            *slot = 0;
-            return;
-        }
-    }
-    count_time_wait(sk);
-    // A free slot first: a note still waiting for its pair (an interrupted
-    // run) must not be overwritten by the events of the interrupt.
-    match recent.socks.iter_mut().find(|slot| **slot == 0) {
-        Some(slot) => *slot = sk.addr(),
+pub fn closed_first(sk: impl Sock) {
+    match SOCK_OWNERS.get_ptr_mut(&sk.addr()) {
+        // SAFETY: this socket's entry; its state changes are serialized by
+        // the socket's lock.
+        Some(owner) => unsafe { (*owner).owner_flags |= owner_flags::CLOSED_FIRST },
         None => {
-            recent.socks[(recent.next as usize) % RecentlyCounted::SLOTS] = sk.addr();
-            recent.next = recent.next.wrapping_add(1);
+            let closer = Actor { owner_flags: owner_flags::CLOSED_FIRST, ..current_actor() };
+            let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &closer);
         }
     }
 }
 
-/// Charge one TIME_WAIT entry to the socket's owner (`sock_owner`).
+/// Take the socket's owner entry out (its CLOSE; flags kept), if any.
 #[inline(always)]
-pub fn count_time_wait(sk: impl Sock) {
-    let owner = sock_owner(sk);
+pub fn take_owner(sk: impl Sock) -> Option<Actor> {
+    // SAFETY: copied out before the entry is removed.
+    let owner = *unsafe { SOCK_OWNERS.get(&sk.addr()) }?;
+    lru_remove(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr());
+    Some(owner)
+}
+
+/// Charge one TIME_WAIT entry to the socket's `owner` (as taken out at
+/// its CLOSE; none recorded: tgid 0 in the socket's cgroup).
+#[inline(always)]
+pub fn count_time_wait(sk: impl Sock, owner: Option<Actor>) {
+    let owner = match owner {
+        Some(owner) => Actor { owner_flags: 0, ..owner },
+        None => unknown_owner(sk),
+    };
     bump_proc(&owner, sock_family(sk), ProcCounter::TimeWaitEntries);
     bump_netns_time_wait(sock_netns(sk));
     trace::socket_event(trace_event::TIME_WAIT, 0, &owner, sk);

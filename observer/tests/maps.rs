@@ -75,8 +75,12 @@ fn an_overflowing_socket_owner_map_reports_its_evictions() {
     assert_eq!(capacity, Some(CAPACITY), "{body}");
     assert!(entries.is_some_and(|n| n <= CAPACITY), "entries {entries:?}: {body}");
     let evicted = evicted.expect("evictions of SOCK_OWNERS exported");
-    // Slack for the host's own sockets meanwhile (the scrapes themselves).
-    assert!((least..=owned + 200).contains(&evicted), "evicted {evicted}, expected {least}..={owned}: {body}");
+    // A client socket whose entry went is entered again when it closes
+    // (its closer, at the first FIN: time_wait.rs), which may evict one
+    // more: up to HELD. Slack for the host's own sockets meanwhile (the
+    // scrapes themselves).
+    let most = owned + HELD;
+    assert!((least..=most + 200).contains(&evicted), "evicted {evicted}, expected {least}..={most}: {body}");
 
     // The same bound sizes OPEN_CONNECTIONS: of the 4000 connection ends
     // (2000 each side, the first 512 pairs filling it) 1024 (less the

@@ -178,12 +178,16 @@ fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
     assert_eq!(unseen(&body), Some(5), "{}", daemon.log());
 }
 
-/// A full-speed churn: what the unseen check reports is exactly what the
-/// churn's own TIME_WAIT count is short of the kernel's, no more (a false
-/// alarm: the two counts move microseconds apart, and a check round falls
-/// between them often at this speed) and no less. Usually both are 0.
+/// A full-speed churn: every TIME_WAIT entry the kernel made is charged to
+/// the churn, though the kernel skips runs of `sock_state` at this speed
+/// (a softirq's state change while a process-context one runs on that
+/// CPU: hundreds per 100,000 connections on Linux 6.18), since
+/// `time_wait_missed` counts those at the socket's destroy; and the
+/// unseen check reports nothing (no false alarm: the two counts move
+/// microseconds apart, and a check round falls between them often at this
+/// speed).
 #[test]
-fn unseen_time_wait_entries_are_what_the_counts_are_short_by() {
+fn no_time_wait_entry_is_lost_under_full_speed_churn() {
     let _alone = unseen_check_alone();
     if no_check_on_this_kernel() {
         return;
@@ -193,7 +197,7 @@ fn unseen_time_wait_entries_are_what_the_counts_are_short_by() {
     let before = ns.time_wait_entered();
     let churn = ns
         .command(&observer_testing::churn::churn())
-        .args(["churn", "--threads", "2", "--listen", "127.0.0.1:7000", "--connections", "3000"])
+        .args(["churn", "--threads", "2", "--listen", "127.0.0.1:7000", "--connections", "10000"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -203,7 +207,7 @@ fn unseen_time_wait_entries_are_what_the_counts_are_short_by() {
     let out = churn.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let entered = ns.time_wait_entered() - before;
-    assert_eq!(entered, 3000, "the kernel's own count");
+    assert_eq!(entered, 10000, "the kernel's own count");
     // Three checks (every 10 rounds of 200 ms) after the churn.
     std::thread::sleep(std::time::Duration::from_secs(7));
     let body = daemon.scrape();
@@ -214,6 +218,6 @@ fn unseen_time_wait_entries_are_what_the_counts_are_short_by() {
     );
     let missed: Vec<&str> = body.lines().filter(|l| l.starts_with("observer_kernel_missed_events_total")).collect();
     println!("TIME_WAIT entries: kernel {entered}, the churn's {counted}; skipped runs: {missed:#?}");
-    assert!(counted <= entered, "more counted than the kernel made: {counted}");
-    assert_eq!(unseen(&body), Some(entered - counted), "counted {counted} of {entered}:\n{}", daemon.log());
+    assert_eq!(counted, entered, "TIME_WAIT entries of the churn counted, of the kernel's:\n{}", daemon.log());
+    assert_eq!(unseen(&body), Some(0), "{}", daemon.log());
 }

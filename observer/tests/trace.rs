@@ -489,7 +489,9 @@ fn a_trace_loads_only_the_programs_its_kinds_need() {
 /// the VMs' 1,024 open files a process): the
 /// owners evicted are counted and said (naming the map), and every
 /// TIME_WAIT entry still appears once, the client's own or, where its
-/// owner was evicted, pid 0's; no more of those than were evicted.
+/// owner was evicted, pid 0's; no more of those than were evicted. (A
+/// socket whose owner was evicted gets its closer entered at its first
+/// FIN, observer-ebpf's time_wait.rs, which may evict another.)
 #[test]
 fn a_full_socket_owner_map_is_counted_and_every_event_still_appears() {
     const HELD: u64 = 900;
@@ -529,9 +531,10 @@ fn a_full_socket_owner_map_is_counted_and_every_event_still_appears() {
     let evicted: u64 = lines.iter().filter(|v| v["map"] == "SOCK_OWNERS").map(|v| v["evicted"].as_u64().unwrap()).sum();
     let owned = 2 * HELD + 1;
     assert!(
-        (owned - CAPACITY..=owned + 200).contains(&evicted),
-        "evicted {evicted}, expected at least {} (and some slack for the host's sockets)",
-        owned - CAPACITY
+        (owned - CAPACITY..=owned + HELD + 200).contains(&evicted),
+        "evicted {evicted}, expected at least {} and at most {} (and some slack for the host's sockets)",
+        owned - CAPACITY,
+        owned + HELD
     );
     assert!(!unknown.is_empty() && unknown.len() as u64 <= evicted, "{} unknown, {evicted} evicted", unknown.len());
     println!("{own} TIME_WAIT entries of the client, {} of pid 0; {evicted} owners evicted", unknown.len());

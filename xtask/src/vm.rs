@@ -147,7 +147,7 @@ const FIRST_MODE_ONLY_TESTS: &[&str] = &["attach_modes", "connections", "connect
 /// the programs' per-namespace totals, whose exactness in each mode
 /// `drops_equal_listen_overflows_and_are_charged_to_the_owner`,
 /// `client_first_close_is_charged_to_the_client` and
-/// `unseen_time_wait_entries_are_what_the_counts_are_short_by` assert; the
+/// `no_time_wait_entry_is_lost_under_full_speed_churn` assert; the
 /// trace's filters and its closed pipe act on events whose delivery in
 /// each mode the trace's other tests assert. 41-52 s of a kprobe guest's
 /// 241-278 under emulation here.

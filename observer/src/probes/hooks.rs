@@ -98,7 +98,6 @@ impl SkippedRuns {
 /// Config flags a tracepoint fallback turns on in the shared programs.
 #[derive(Clone, Copy, Debug)]
 enum Flag {
-    TimeWaitFromState,
     ListenDropsFromSweep,
     SynQueueFromConnRequest,
 }
@@ -109,14 +108,9 @@ type Precondition = fn(&KernelFacts) -> Result<(), String>;
 /// One way to attach a hook.
 #[derive(Debug)]
 enum Way {
-    /// `twin`: a second program on the same function; of the two, the
-    /// first to run counts, so an event the kernel did not give one of
-    /// them (a nested run) is still counted (see observer-ebpf's
-    /// time_wait.rs).
     Fentry {
         prog: &'static str,
         function: &'static str,
-        twin: Option<&'static str>,
     },
     Fexit {
         prog: &'static str,
@@ -125,12 +119,9 @@ enum Way {
         /// (checked before loading; the error says why it cannot run).
         needs: Option<Precondition>,
     },
-    /// `flag`: also turns on counting in the shared tracepoint programs
-    /// (as the twin of this kprobe, see observer-ebpf's time_wait.rs).
     Kprobe {
         prog: &'static str,
         function: &'static str,
-        flag: Option<Flag>,
     },
     Kretprobe {
         prog: &'static str,
@@ -167,13 +158,19 @@ enum Way {
         event: &'static str,
     },
     /// Counted by programs attached for other hooks (see `ALWAYS`), once
-    /// this flag tells them to; `twin` is a tp_btf program attached before
-    /// those (see `Fentry`).
+    /// this flag tells them to.
     SharedTracepoint {
         flag: Flag,
         mode: Mode,
         via: &'static str,
-        twin: Option<BtfTwin>,
+    },
+    /// Counted from state changes by `sock_state` (attached for
+    /// inet_sock_set_state) in every mode; `prog` on tp_btf `event` counts
+    /// the runs of it the kernel skipped.
+    StateChanges {
+        via: &'static str,
+        prog: &'static str,
+        event: &'static str,
     },
     /// Counted by the listen_overflow hook's program at `tcp_conn_request`
     /// (the kernel's test repeated at its entry) once `flag` tells it to;
@@ -205,9 +202,13 @@ impl Way {
                 self,
                 Way::Kprobe { .. } | Way::Kretprobe { .. } | Way::KprobeKretprobe { .. } | Way::Kprobes { .. }
             ),
-            AttachMode::Tracepoint => {
-                matches!(self, Way::Tracepoints(_) | Way::BtfTracepoint { .. } | Way::SharedTracepoint { .. })
-            }
+            AttachMode::Tracepoint => matches!(
+                self,
+                Way::Tracepoints(_)
+                    | Way::BtfTracepoint { .. }
+                    | Way::SharedTracepoint { .. }
+                    | Way::StateChanges { .. }
+            ),
         }
     }
 
@@ -228,7 +229,7 @@ impl Way {
             Way::Kprobe { .. } | Way::KprobeKretprobe { .. } | Way::Kprobes { .. } => Mode::Kprobe,
             Way::Kretprobe { .. } => Mode::Kretprobe,
             Way::Tracepoints(_) => Mode::Tracepoint,
-            Way::BtfTracepoint { .. } => Mode::BtfTracepoint,
+            Way::BtfTracepoint { .. } | Way::StateChanges { .. } => Mode::BtfTracepoint,
             Way::SharedTracepoint { mode, .. } => *mode,
             // The overflow program's mode, which `attach_all` reports.
             Way::AtConnRequest { .. } => Mode::Fentry,
@@ -238,14 +239,13 @@ impl Way {
 
     fn programs(&self) -> Vec<&'static str> {
         match self {
-            Way::Fentry { prog, twin: Some(twin), .. } => vec![*prog, *twin],
-            Way::SharedTracepoint { twin: Some(b), .. } => vec![b.prog],
             Way::FentryFexit { entry, exit, .. } | Way::KprobeKretprobe { entry, exit, .. } => vec![*entry, *exit],
             Way::Fentry { prog, .. }
             | Way::Fexit { prog, .. }
             | Way::Kprobe { prog, .. }
             | Way::Kretprobe { prog, .. }
-            | Way::BtfTracepoint { prog, .. } => vec![*prog],
+            | Way::BtfTracepoint { prog, .. }
+            | Way::StateChanges { prog, .. } => vec![*prog],
             Way::Tracepoints(list) => list.iter().map(|(prog, ..)| *prog).collect(),
             Way::Fentries { programs, .. } | Way::Kprobes { programs, .. } => {
                 programs.iter().map(|(prog, _)| *prog).collect()
@@ -253,13 +253,6 @@ impl Way {
             Way::SharedTracepoint { .. } | Way::AtConnRequest { .. } | Way::Absent { .. } => Vec::new(),
         }
     }
-}
-
-/// A tp_btf twin program (see `Way::Fentry`).
-#[derive(Debug)]
-struct BtfTwin {
-    prog: &'static str,
-    event: &'static str,
 }
 
 /// The hook counting listen-queue overflows (its mode decides where the
@@ -324,31 +317,6 @@ pub static HOOKS: &[Hook] = &[
             ]),
         ],
     },
-    Hook {
-        name: "tcp_time_wait",
-        ways: &[
-            Way::Fentry {
-                prog: programs::TCP_TIME_WAIT_FENTRY,
-                function: "tcp_time_wait",
-                twin: Some(programs::TCP_TIME_WAIT_FENTRY_TWIN),
-            },
-            // kprobes share one per-CPU busy flag with tracepoint programs,
-            // so a softirq-time tcp_time_wait is skipped while any of them
-            // runs (silently before Linux 6.7); `sock_state` (tp_btf, not
-            // subject to that flag) counts as its twin.
-            Way::Kprobe {
-                prog: programs::TCP_TIME_WAIT_KPROBE,
-                function: "tcp_time_wait",
-                flag: Some(Flag::TimeWaitFromState),
-            },
-            Way::SharedTracepoint {
-                flag: Flag::TimeWaitFromState,
-                mode: Mode::BtfTracepoint,
-                via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error, in sock_state",
-                twin: Some(BtfTwin { prog: programs::TIME_WAIT_TWIN, event: "inet_sock_set_state" }),
-            },
-        ],
-    },
     // Where the kernel counts TcpExtListenOverflows (observer-ebpf's
     // overflow.rs); the fallback reads the listeners' drop counters.
     Hook {
@@ -364,7 +332,6 @@ pub static HOOKS: &[Hook] = &[
                 mode: Mode::SockDiag,
                 via: "the listeners' sk_drops read by the sweep (NETLINK_SOCK_DIAG), and a closing listener's last \
                       one at inet_sock_set_state LISTEN->CLOSE, in sock_state",
-                twin: None,
             },
         ],
     },
@@ -374,8 +341,8 @@ pub static HOOKS: &[Hook] = &[
     Hook {
         name: SYN_QUEUE_FULL,
         ways: &[
-            Way::Fentry { prog: programs::SYN_QUEUE_FULL_FENTRY, function: "tcp_syn_flood_action", twin: None },
-            Way::Kprobe { prog: programs::SYN_QUEUE_FULL_KPROBE, function: "tcp_syn_flood_action", flag: None },
+            Way::Fentry { prog: programs::SYN_QUEUE_FULL_FENTRY, function: "tcp_syn_flood_action" },
+            Way::Kprobe { prog: programs::SYN_QUEUE_FULL_KPROBE, function: "tcp_syn_flood_action" },
             Way::AtConnRequest {
                 flag: Flag::SynQueueFromConnRequest,
                 via: "tcp_conn_request (tcp_syn_flood_action inlined: the kernel's SYN-queue test repeated at entry, \
@@ -442,6 +409,20 @@ static ALWAYS: &[Hook] = &[
         name: "sched_process_exit",
         ways: &[Way::Tracepoints(&[(programs::PROCESS_EXIT, "sched", "sched_process_exit")])],
     },
+    // TIME_WAIT entries are counted from state changes in every mode (one
+    // program on the state tracepoint, which runs anyway); the runs the
+    // kernel skips are counted at the socket's destroy (observer-ebpf's
+    // time_wait.rs). A program on tcp_time_wait cost a run more per
+    // connection and, at fentry, a twin besides.
+    Hook {
+        name: "tcp_time_wait",
+        ways: &[Way::StateChanges {
+            via: "inet_sock_set_state FIN_WAIT2/CLOSING->CLOSE without error, in sock_state; the runs the kernel \
+                  skipped, at tcp_destroy_sock",
+            prog: programs::TIME_WAIT_MISSED,
+            event: "tcp_destroy_sock",
+        }],
+    },
 ];
 
 /// Attach every hook, or only those named in `only` (`observer trace`
@@ -462,11 +443,9 @@ pub(super) fn attach_all(
         let (way, target) = attach_hook(ebpf, btf, kernel, hook, mode, &attached)?;
         let flag = match way {
             Way::SharedTracepoint { flag, .. } | Way::AtConnRequest { flag, .. } => Some(flag),
-            Way::Kprobe { flag, .. } => flag.as_ref(),
             _ => None,
         };
         match flag {
-            Some(Flag::TimeWaitFromState) => config.time_wait_from_state = 1,
             Some(Flag::ListenDropsFromSweep) => config.listen_drops_from_sweep = 1,
             Some(Flag::SynQueueFromConnRequest) => config.syn_queue_from_conn_request = 1,
             None => {}
@@ -564,21 +543,10 @@ fn accept_prototype(kernel: &KernelFacts, params: u32) -> Result<(), String> {
 fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
     let err = |e: aya::programs::ProgramError| report(&e);
     match *way {
-        Way::Fentry { prog, function, twin } => {
-            let attach = |ebpf: &mut Ebpf, prog: &str| -> Result<(), String> {
-                let p: &mut FEntry = program(ebpf, prog)?;
-                p.load(function, btf).map_err(err)?;
-                p.attach().map(|_| ()).map_err(err)
-            };
-            attach(ebpf, prog)?;
-            if let Some(twin) = twin
-                && let Err(e) = attach(ebpf, twin)
-            {
-                // Never leave half a pair counting while the next way
-                // counts too.
-                let _ = program::<FEntry>(ebpf, prog).map(|p| p.unload());
-                return Err(format!("{twin}: {e}"));
-            }
+        Way::Fentry { prog, function } => {
+            let p: &mut FEntry = program(ebpf, prog)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
             Ok(function.to_string())
         }
         Way::Fexit { prog, function, .. } => {
@@ -657,14 +625,9 @@ fn try_way(ebpf: &mut Ebpf, btf: &Btf, way: &Way) -> Result<String, String> {
             p.attach().map_err(err)?;
             Ok(event.to_string())
         }
-        Way::SharedTracepoint { via, ref twin, .. } => {
-            // The twin attaches now, before the shared programs (ALWAYS):
-            // on a tracepoint the older program runs first, and the twin
-            // must run before `sock_state`, which forgets the socket's
-            // owner at CLOSE (see observer-ebpf's time_wait.rs).
-            if let Some(twin) = twin {
-                try_way(ebpf, btf, &Way::BtfTracepoint { prog: twin.prog, event: twin.event })?;
-            }
+        Way::SharedTracepoint { via, .. } => Ok(via.to_string()),
+        Way::StateChanges { via, prog, event } => {
+            try_way(ebpf, btf, &Way::BtfTracepoint { prog, event })?;
             Ok(via.to_string())
         }
         Way::AtConnRequest { via, .. } => Ok(via.to_string()),
@@ -728,7 +691,7 @@ mod tests {
 
     #[test]
     fn forced_modes_filter_ways() {
-        let fentry = Way::Fentry { prog: "p", function: "f", twin: None };
+        let fentry = Way::Fentry { prog: "p", function: "f" };
         assert!(fentry.allowed_in(AttachMode::Auto));
         assert!(fentry.allowed_in(AttachMode::Fentry));
         assert!(!fentry.allowed_in(AttachMode::Kprobe));

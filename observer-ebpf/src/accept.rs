@@ -1,17 +1,16 @@
-//! accept(): connections handed to a process. Also records the accepted
-//! socket's owner, so its later TIME_WAIT (server closes first) is charged to
-//! the accepting process.
+//! accept(): connections handed to a process. (A TIME_WAIT entry of the
+//! accepted socket, the server closing first, is charged to the process
+//! that closes it: time_wait.rs.)
 use aya_ebpf::{
     macros::{fexit, kretprobe, tracepoint},
     programs::{FExitContext, RetProbeContext, TracePointContext},
 };
 
-use observer_common::{lru, trace_event};
+use observer_common::trace_event;
 
 use crate::{
-    counters::{ProcCounter, bump_proc, lru_insert},
+    counters::{ProcCounter, bump_proc},
     kernel::{ProbedSock, Sock, TypedSock, current_actor, is_tcp, sock_family, sock_of_fd},
-    maps::SOCK_OWNERS,
     trace,
 };
 
@@ -76,5 +75,4 @@ fn on_accepted(sk: impl Sock) {
     let actor = current_actor();
     bump_proc(&actor, sock_family(sk), ProcCounter::Accepts);
     trace::socket_event(trace_event::ACCEPT, 0, &actor, sk);
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
 }

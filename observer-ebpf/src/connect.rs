@@ -38,7 +38,7 @@ use crate::{
         ProbedSock, Sock, current_actor, is_tcp, sock_destination, sock_err, sock_family, sock_of_fd, sock_of_socket,
         sock_tcp_state, tcp_attempted_connect,
     },
-    maps::{INFLIGHT_CONNECTS, SOCK_OWNERS, THREAD_CONNECTS},
+    maps::{INFLIGHT_CONNECTS, THREAD_CONNECTS},
     trace,
 };
 
@@ -98,7 +98,7 @@ fn call_started(thread: ThreadConnect) {
 /// The socket entered SYN_SENT (process context, from state.rs). Inside a
 /// connect() call of this thread it is that call's socket: note who
 /// connects where, for the call's return to count the connect and its
-/// outcome, and record the socket's owner; the note is returned (in the
+/// outcome; the note is returned (in the
 /// map: no copy on `sock_state`'s stack), so the caller need not read the
 /// process and destination again. Outside one (in syscall mode: TCP Fast
 /// Open's sendmsg(), io_uring, kernel sockets) no hooked call returns an
@@ -114,7 +114,6 @@ pub fn syn_sent_in_connect(sk: impl Sock) -> Option<&'static InflightConnect> {
         (*thread).sk = sk.addr();
         (*thread).connect = InflightConnect { actor, daddr, family, dport, _pad: 0 };
     }
-    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &actor);
     // A new connection on this socket: an entry still here belongs to an
     // earlier socket at this address whose end a skipped run missed, and
     // must not be taken for this connection's outcome (connect_settled).

@@ -15,8 +15,8 @@ use observer_common::{
 use crate::{
     counters::{Counted, HandshakeEnd, bump_connection_closed, bump_handshake_end, count_lost},
     kernel::{
-        Sock, current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns, sock_owner,
-        tcp_total_retrans,
+        Sock, current_actor, sock_cgroup_id, sock_destination, sock_family, sock_local_port, sock_netns,
+        tcp_total_retrans, unknown_owner,
     },
     maps::{LISTENERS, OPEN_CONNECTIONS},
 };
@@ -62,7 +62,7 @@ pub fn connection_failed(sk: impl Sock) {
 
 /// The socket entered ESTABLISHED from `old`: SYN_SENT, a connect() of
 /// ours, noted at its SYN (else, a SYN older than observer or the map full
-/// then, noted now with the owner recorded at connect); SYN_RECV, a
+/// then, noted now under its cgroup, pid 0: no process context here); SYN_RECV, a
 /// listener's new child, charged to the listener's owner until accept()
 /// hands it on.
 #[inline(always)]
@@ -90,7 +90,7 @@ pub fn connection_established(sk: impl Sock, old: i32) {
     let netns = sock_netns(sk);
     let key = if old == SYN_SENT {
         let (addr, port) = sock_destination(sk, family);
-        ConnectionKey { actor: sock_owner(sk), addr, family, port, direction: direction::OUTBOUND, netns, _pad: 0 }
+        ConnectionKey { actor: unknown_owner(sk), addr, family, port, direction: direction::OUTBOUND, netns, _pad: 0 }
     } else {
         let port = sock_local_port(sk);
         let actor = match unsafe { LISTENERS.get(&ListenerKey { netns, port, family }) } {

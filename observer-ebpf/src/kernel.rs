@@ -96,9 +96,10 @@ pub fn current_actor() -> Actor {
 }
 
 /// Who a socket's events are charged to: its owner, recorded in process
-/// context (connect, accept, listen); for a socket opened before observer
-/// started (or whose owner the LRU map forgot), tgid 0 in the socket's own
-/// cgroup, so it still names its pod.
+/// context (a listener's at listen(), a socket's closer at its first FIN:
+/// time_wait.rs); else (a listener older than observer, an owner the LRU
+/// map forgot) tgid 0 in the socket's own cgroup, so it still names its
+/// pod.
 #[inline(always)]
 pub fn sock_owner(sk: impl Sock) -> Actor {
     match unsafe { SOCK_OWNERS.get(&sk.addr()) } {

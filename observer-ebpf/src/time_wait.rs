@@ -1,8 +1,13 @@
 //! TIME_WAIT entries, in every attach mode: a socket handed on to a
 //! timewait socket goes FIN_WAIT2/CLOSING -> CLOSE without error, a state
-//! change `sock_state` (state.rs) sees. Counted in softirq as often as in
-//! process context, so the socket's owner comes from `SOCK_OWNERS` (filled
-//! in process context at connect/accept/listen, and at the first FIN).
+//! change `sock_state` (state.rs) sees. Charged to the process that closed
+//! the connection first: its close() or shutdown() sent the first FIN
+//! (-> FIN_WAIT1, in its context), which is what puts a socket in
+//! TIME_WAIT, whichever process opened it. The entry itself comes in
+//! softirq as often as in process context, so that closer is noted in
+//! `SOCK_OWNERS` at the first FIN (`closed_first`). It was the connecting
+//! or accepting process before, recorded at every connect and accept: two
+//! LRU inserts per connection where one closer is noted now.
 //!
 //! The runs the kernel skips: it does not run a program that fires while
 //! the same program is already running on that CPU (a softirq interrupting
@@ -60,20 +65,12 @@ pub fn is_time_wait_entry(sk: impl Sock, old: i32, new: i32) -> bool {
 }
 
 /// The socket sends the first FIN (-> FIN_WAIT1, in the context of the
-/// process closing it): mark its owner entry, or enter that process as its
-/// owner where none was recorded (a socket older than observer, or one the
-/// LRU map forgot).
+/// process closing it): enter that process as its owner, marked (over an
+/// entry an earlier socket at this address left, if any).
 #[inline(always)]
 pub fn closed_first(sk: impl Sock) {
-    match SOCK_OWNERS.get_ptr_mut(&sk.addr()) {
-        // SAFETY: this socket's entry; its state changes are serialized by
-        // the socket's lock.
-        Some(owner) => unsafe { (*owner).owner_flags |= owner_flags::CLOSED_FIRST },
-        None => {
-            let closer = Actor { owner_flags: owner_flags::CLOSED_FIRST, ..current_actor() };
-            let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &closer);
-        }
-    }
+    let closer = Actor { owner_flags: owner_flags::CLOSED_FIRST, ..current_actor() };
+    let _ = lru_insert(&SOCK_OWNERS, lru::SOCK_OWNERS, &sk.addr(), &closer);
 }
 
 /// Take the socket's owner entry out (its CLOSE; flags kept), if any.

@@ -144,10 +144,7 @@ impl Rounds {
             failures: 0,
             time_wait_check: true,
             // The start-up pass logged what it left out.
-            lost: LossLog::already_said(&[
-                (maps::OPEN_CONNECTIONS, left_out.open_connections),
-                (maps::SOCK_OWNERS, left_out.socket_owners),
-            ]),
+            lost: LossLog::already_said(&[(maps::OPEN_CONNECTIONS, left_out.open_connections)]),
             listeners_folded_reported: false,
             conntrack_drops: ConntrackDrops::default(),
             connection_limits: config.connection_limits.clone().into(),
@@ -291,7 +288,6 @@ impl Rounds {
                     maps::OPEN_CONNECTIONS,
                     deltas.lost[lost::OPEN_CONNECTIONS_FULL as usize] + deltas.left_out_at_start.open_connections,
                 ),
-                (maps::SOCK_OWNERS, deltas.left_out_at_start.socket_owners),
                 (maps::CONNECTIONS, deltas.lost[lost::CONNECTIONS_FULL as usize]),
                 (maps::QUEUED_ENDS, deltas.lost[lost::QUEUED_ENDS_FULL as usize]),
             ],

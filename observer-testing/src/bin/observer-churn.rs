@@ -71,6 +71,11 @@ enum Cmd {
         /// while a test reads the kernel's view).
         #[arg(long, requires = "hold")]
         until_eof: bool,
+        /// With --hold: shut each connection down for writing as soon as
+        /// it is made (shutdown(SHUT_WR): the first FIN, the socket in
+        /// FIN_WAIT2) and hold it half-closed (closing sockets held open).
+        #[arg(long, requires = "hold")]
+        half_close: bool,
         /// Keep each connection open this long before closing it, the
         /// durations taken in turn (e.g. 100ms,100ms,500ms,2s).
         #[arg(long, value_parser = humantime::parse_duration, value_delimiter = ',', conflicts_with = "hold")]
@@ -167,6 +172,7 @@ fn main() {
             count,
             hold,
             until_eof,
+            half_close,
             life,
             close_first,
             nonblocking,
@@ -187,7 +193,7 @@ fn main() {
                 (true, false) => Hold::UntilDone,
                 (true, true) => Hold::UntilEof,
             };
-            let run = move || connect(to, count, hold, &life, close_first, opening, pause, rename);
+            let run = move || connect(to, count, hold, half_close, &life, close_first, opening, pause, rename);
             if leader_exits {
                 std::thread::spawn(run);
                 // The exit system call ends only the calling (leader) thread,
@@ -403,6 +409,7 @@ fn connect(
     to: SocketAddr,
     count: u64,
     hold: Hold,
+    half_close: bool,
     life: &[Duration],
     close_first: Close,
     opening: Option<Opening>,
@@ -432,6 +439,9 @@ fn connect(
                     std::thread::sleep(life[(attempt % life.len() as u64) as usize]);
                 }
                 if hold != Hold::No {
+                    if half_close {
+                        let _ = stream.shutdown(Shutdown::Write);
+                    }
                     held.push(stream);
                 } else if !matches!(opening, Some(Opening::Nonblocking(_))) {
                     match close_first {

@@ -4,8 +4,8 @@
 //! telling anyone; an evicted socket owner means a later TIME_WAIT is
 //! charged to no one, an evicted in-flight connect means a lost error. The
 //! programs count, per map, the entries they created and removed
-//! (`LRU_CHURN`), userspace those it entered at start; every entry created
-//! is either still there, removed, or evicted, so evictions = created -
+//! (`LRU_CHURN`); every entry created is either still there, removed, or
+//! evicted, so evictions = created -
 //! removed - entries now.
 //!
 //! The three numbers cannot be read at one instant. Reading `created`
@@ -53,9 +53,6 @@ pub struct LruMaps {
     pub churn: PerCpuArray<MapData, u64>,
     /// Capacities as loaded (SOCK_OWNERS is set by --max-sockets).
     pub capacities: [u32; lru::MAPS as usize],
-    /// Entries userspace wrote (the owners of sockets older than observer,
-    /// `probes::older`), which `LRU_CHURN` does not count as created.
-    pub entered: [u64; lru::MAPS as usize],
 }
 
 /// The highest eviction bound seen per map.
@@ -90,10 +87,14 @@ fn must_walk(estimate: u64, capacity: u64, cpus: u64, since_walk: Option<u32>) -
 
 impl EvictionTracker {
     /// Read every LRU map's fill; `listeners` is the LISTENERS map.
+    /// `walk_all`: walk every map now (a last reading, which must hold
+    /// every eviction: between walks entries evicted and entries still
+    /// there look alike).
     pub fn read(
         &mut self,
         maps: &LruMaps,
         listeners: &AyaHashMap<MapData, observer_common::ListenerKey, observer_common::Actor>,
+        walk_all: bool,
     ) -> Result<Vec<MapFill>, Error> {
         let mut out = Vec::with_capacity(lru::MAPS as usize);
         let cpus = possible_cpus();
@@ -105,10 +106,10 @@ impl EvictionTracker {
         ] {
             let capacity = maps.capacities[which as usize] as u64;
             let i = which as usize;
-            let created = churn(maps, lru::created(which))? + maps.entered[i];
+            let created = churn(maps, lru::created(which))?;
             // At most the entries there (`evicted` is a lower bound).
             let estimate = created.saturating_sub(churn(maps, lru::removed(which))?).saturating_sub(self.evicted[i]);
-            if !must_walk(estimate, capacity, cpus, self.since_walk[i]) {
+            if !walk_all && !must_walk(estimate, capacity, cpus, self.since_walk[i]) {
                 self.since_walk[i] = self.since_walk[i].map(|n| n + 1);
                 out.push(MapFill { map: name, entries: estimate, capacity, evictions: Some(self.evicted[i]) });
                 continue;

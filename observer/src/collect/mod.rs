@@ -61,13 +61,11 @@ pub struct KernelMaps {
 /// What changed since the previous collection.
 /// Entries the start-up pass over the sockets older than observer could
 /// not write for want of room: its established connections left out of
-/// `OPEN_CONNECTIONS` (not counted open), the owners left out of
-/// `SOCK_OWNERS` (their TIME_WAIT entries count under pid 0). Exported
-/// with the maps' lost updates.
+/// `OPEN_CONNECTIONS` (not counted open). Exported with the maps' lost
+/// updates.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeftOutAtStart {
     pub open_connections: u64,
-    pub socket_owners: u64,
     /// The namespaces whose sockets the pass could not read (no TCP
     /// iterator, or not in time): the connections among them are not
     /// followed, unnumbered, so their ledgers are never checked. Those
@@ -497,7 +495,7 @@ impl Collector {
         deltas.unseen_connections = self.ledger_check.total();
         deltas.left_out_at_start = self.maps.left_out_at_start.clone();
         deltas.connection_checks = self.ledger_check.checks().clone();
-        deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners)?);
+        deltas.map_fill.extend(self.evictions.read(&self.maps.lru, &self.maps.listeners, false)?);
         self.check_time_wait(node)?;
         deltas.unseen_time_wait = self.unseen.total();
         self.check_overflows(node, &overflows_before);

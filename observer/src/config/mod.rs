@@ -114,11 +114,11 @@ settings! {
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SERIES")]
     max_series: MaxSeries = Preset::Value(MaxSeries(Limits::DEFAULT.max_series as u32)),
 
-    /// Live TCP sockets whose owner the kernel side remembers (to charge
-    /// their TIME_WAIT to it), and established connections it follows
-    /// (observer_tcp_connection_usage): ~250 bytes of kernel memory each.
-    /// Beyond it the least recently used owners are forgotten and new
-    /// connections are left out. Raise it when SOCK_OWNERS evictions
+    /// Closing TCP sockets whose closer the kernel side remembers (from the
+    /// first FIN to the CLOSE, to charge their TIME_WAIT to it), and
+    /// established connections it follows (observer_tcp_connection_usage):
+    /// ~250 bytes of kernel memory each. Beyond it the least recently used
+    /// closers are forgotten and new connections are left out. Raise it when SOCK_OWNERS evictions
     /// (observer_map_evictions_total) or OPEN_CONNECTIONS lost updates
     /// (observer_kernel_lost_updates_total) grow.
     #[arg(long, value_name = "N", env = "OBSERVER_MAX_SOCKETS")]

@@ -576,8 +576,7 @@ pub const KERNEL_LOST_UPDATES: Instrument = Instrument {
     kind: Kind::Counter,
     unit: "{update}",
     description: "Kernel map updates lost because the map was full (should stay 0): counter updates, and the \
-                  connections and socket owners from before observer started that OPEN_CONNECTIONS and SOCK_OWNERS \
-                  had no room for",
+                  connections from before observer started that OPEN_CONNECTIONS had no room for",
     attributes: &[MAP],
 };
 

@@ -15,7 +15,7 @@ use aya::{
     maps::{Array, HashMap as AyaHashMap, MapData, PerCpuArray, PerCpuHashMap, Queue, RingBuf},
 };
 pub use hooks::{Attachment, HOOKS, Hook, Mode, SkippedRuns};
-use observer_common::{Config, capacity, lru, names::maps};
+use observer_common::{Config, capacity, names::maps};
 pub use stats::{ProgramHandle, RunStats};
 use tracing::info;
 
@@ -90,7 +90,7 @@ impl Probes {
         let (mut probes, mut maps, _) = Self::load_object(loader, mode, &kernel, max_sockets, None)?;
         // Once the programs follow every new connection (`older`).
         (maps.older_connections, maps.left_out_at_start) =
-            older::enter(&mut probes._ebpf, &kernel.btf, &maps.listeners, &mut maps.lru, proc_root);
+            older::enter(&mut probes._ebpf, &kernel.btf, &maps.listeners, proc_root);
         Ok((probes, maps))
     }
 
@@ -330,7 +330,6 @@ fn take_maps(ebpf: &mut Ebpf, max_sockets: u32) -> Result<KernelMaps, Error> {
             thread_connects: take::<AyaHashMap<_, _, _>>(ebpf, maps::THREAD_CONNECTS)?,
             churn: take::<PerCpuArray<_, _>>(ebpf, maps::LRU_CHURN)?,
             capacities: [max_sockets, capacity::LISTENERS, capacity::INFLIGHT_CONNECTS, capacity::THREAD_CONNECTS],
-            entered: [0; lru::MAPS as usize],
         },
         time_wait_by_netns: take::<PerCpuHashMap<_, _, _>>(ebpf, maps::TIME_WAIT_BY_NETNS)?,
     })

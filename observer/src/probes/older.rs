@@ -1,19 +1,15 @@
 //! The sockets older than observer. The programs count a connection open
-//! when it reaches ESTABLISHED, and learn a socket's owner in process
-//! context (connect, accept, listen); those already there at start would
-//! never count, and their TIME_WAIT entries would name no process: a
-//! restart (a DaemonSet rollout) would drop a database client's 800 held
-//! connections from the gauge for as long as they live, and charge their
-//! TIME_WAIT to pid 0. So at start, once the programs are attached, the
-//! TCP socket iterator (observer-ebpf's older.rs) lists every namespace's
-//! full sockets, and
-//! - each established one the programs do not follow yet is entered in
-//!   `OPEN_CONNECTIONS` under the key a program would have given it
-//!   (`OpenConnection::OLDER`, no lifetime): its end then counts like any
-//!   other, and the ledger starts with them open;
-//! - each one a process holds (/proc) is entered in `SOCK_OWNERS` with
-//!   that process, as connect() or accept() would have: its TIME_WAIT entry
-//!   names it.
+//! when it reaches ESTABLISHED; those already there at start would never
+//! count: a restart (a DaemonSet rollout) would drop a database client's
+//! 800 held connections from the gauge for as long as they live. So at
+//! start, once the programs are attached, the TCP socket iterator
+//! (observer-ebpf's older.rs) lists every namespace's full sockets, and
+//! each established one the programs do not follow yet is entered in
+//! `OPEN_CONNECTIONS` under the key a program would have given it
+//! (`OpenConnection::OLDER`, no lifetime, its owner the process holding it
+//! per /proc): its end then counts like any other, and the ledger starts
+//! with them open. (Their TIME_WAIT entries need nothing of this: they are
+//! charged to the process whose close sends the first FIN, seen then.)
 //!
 //! Exact at every step, against a socket that ends meanwhile:
 //! - one the programs saw since they were attached has its entries
@@ -40,14 +36,14 @@ use aya::{
     programs::{Iter, iter::IterLink},
 };
 use observer_common::{
-    Actor, ConnectionKey, IteratedSocket, ListenerKey, OpenConnection, direction, lru,
+    Actor, ConnectionKey, IteratedSocket, ListenerKey, OpenConnection, direction,
     names::{maps, programs},
     tcp_state,
 };
 use tracing::{info, warn};
 
 use crate::{
-    collect::{LeftOutAtStart, LruMaps},
+    collect::LeftOutAtStart,
     node::{netns, owners},
 };
 
@@ -62,26 +58,22 @@ const PASS_LIMIT: Duration = Duration::from_secs(5);
 const BPF_NOEXIST: u64 = 1;
 
 /// Enter every namespace's established connections that no program follows
-/// into `OPEN_CONNECTIONS`, and count them per key; and the owners of the
-/// sockets processes hold into `SOCK_OWNERS` (`lru`, which keeps how many
-/// it was given); and how many of each it had no room for, logged here and
-/// exported with the maps' lost updates. Never fails the start: where the
-/// iterator cannot run (no BTF, before Linux 5.9), the log says what is
-/// left out.
+/// into `OPEN_CONNECTIONS`, and count them per key; and how many it had no
+/// room for, logged here and exported with the maps' lost updates. Never
+/// fails the start: where the iterator cannot run (no BTF, before Linux
+/// 5.9), the log says what is left out.
 pub fn enter(
     ebpf: &mut Ebpf,
     btf: &Btf,
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
-    lru: &mut LruMaps,
     proc_root: &Path,
 ) -> (Opening, LeftOutAtStart) {
-    match try_enter(ebpf, btf, listeners, lru, proc_root) {
+    match try_enter(ebpf, btf, listeners, proc_root) {
         Ok(entered) => entered,
         Err(reason) => {
             warn!(
-                "the sockets opened before observer started are left out: their connections are not counted open \
-                 (observer_tcp_connection_usage leaves them out until they end) and their TIME_WAIT entries name \
-                 no process (pid 0): {reason}"
+                "the connections established before observer started are left out: they are not counted open \
+                 (observer_tcp_connection_usage leaves them out until they end): {reason}"
             );
             let unread = netns::all(proc_root).into_keys().collect();
             (Vec::new(), LeftOutAtStart { unread, ..LeftOutAtStart::default() })
@@ -93,7 +85,6 @@ fn try_enter(
     ebpf: &mut Ebpf,
     btf: &Btf,
     listeners: &AyaHashMap<MapData, ListenerKey, Actor>,
-    lru: &mut LruMaps,
     proc_root: &Path,
 ) -> Result<(Opening, LeftOutAtStart), String> {
     let started = std::time::Instant::now();
@@ -150,7 +141,6 @@ fn try_enter(
             Err(_) => full += 1,
         }
     }
-    let (owners_entered, owners_left_out) = enter_owners(lru, socket_owners(&first, &owners));
 
     // The second pass, over the namespaces the first read: the sockets
     // still there, and which are established.
@@ -176,8 +166,6 @@ fn try_enter(
     let second = second.sockets;
     let alive: HashMap<u64, u16> = second.values().flatten().map(|s| (s.sk, s.state)).collect();
     let established = |sk: &u64| alive.get(sk).is_some_and(|&state| i32::from(state) == tcp_state::ESTABLISHED);
-    let owners_kept = take_back(&mut lru.sock_owners, owners_entered, |sk| alive.contains_key(sk));
-    lru.entered[lru::SOCK_OWNERS as usize] = owners_kept;
     let mut open: AyaHashMap<_, u64, OpenConnection> = ebpf
         .map_mut(maps::OPEN_CONNECTIONS)
         .ok_or("no OPEN_CONNECTIONS map")?
@@ -196,12 +184,10 @@ fn try_enter(
     let total: u64 = counted.values().sum();
     info!(
         connections = total,
-        socket_owners = owners_kept,
         namespaces = found - unread.len(),
         took_ms = started.elapsed().as_millis() as u64,
         "counted open the connections established before observer started (their ends count as they come; \
-         their lifetimes are unknown) and entered the owners of the sockets held then (their TIME_WAIT entries \
-         name them)"
+         their lifetimes are unknown)"
     );
     if full > 0 {
         warn!(
@@ -210,61 +196,8 @@ fn try_enter(
              raise --max-sockets"
         );
     }
-    if owners_left_out > 0 {
-        warn!(
-            left_out = owners_left_out,
-            "SOCK_OWNERS has no room for the owners of {owners_left_out} sockets opened before observer started \
-             (at most half its capacity is given to them): their TIME_WAIT entries count under pid 0; \
-             raise --max-sockets"
-        );
-    }
-    let left_out = LeftOutAtStart { open_connections: full, socket_owners: owners_left_out, unread };
+    let left_out = LeftOutAtStart { open_connections: full, unread };
     Ok((counted.into_iter().collect(), left_out))
-}
-
-/// Enter each owner in `SOCK_OWNERS` where no program entered one, in at
-/// most half the map: an LRU map makes room by evicting, and the programs'
-/// entries for new sockets must not be what goes. The entries written, and
-/// how many sockets with no owner yet were left out for want of room.
-fn enter_owners(lru: &mut LruMaps, wanted: Vec<(u64, Actor)>) -> (Vec<(u64, Actor)>, u64) {
-    let room = (lru.capacities[lru::SOCK_OWNERS as usize] / 2) as usize;
-    let mut entered = Vec::new();
-    let mut left_out = 0;
-    for (sk, owner) in wanted {
-        if entered.len() >= room {
-            // A socket whose owner a program entered is not left out.
-            if lru.sock_owners.get(&sk, 0).is_err() {
-                left_out += 1;
-            }
-            continue;
-        }
-        // EEXIST: a program entered the socket's owner (it was followed
-        // from the start, an older child was accepted since, a new socket
-        // took a freed address): theirs stands.
-        if lru.sock_owners.insert(sk, owner, BPF_NOEXIST).is_ok() {
-            entered.push((sk, owner));
-        }
-    }
-    (entered, left_out)
-}
-
-/// Remove the entries of `entered` whose socket is gone (not `alive`) and
-/// that still hold what we wrote: a socket that closed before its owner
-/// was entered would otherwise keep that entry until evicted. How many
-/// entered entries stay (the programs remove them, counted, at CLOSE).
-fn take_back(
-    map: &mut AyaHashMap<MapData, u64, Actor>,
-    entered: Vec<(u64, Actor)>,
-    alive: impl Fn(&u64) -> bool,
-) -> u64 {
-    let mut kept = 0;
-    for (sk, owner) in entered {
-        let gone = !alive(&sk) && map.get(&sk, 0).is_ok_and(|now| now == owner) && map.remove(&sk).is_ok();
-        if !gone {
-            kept += 1;
-        }
-    }
-    kept
 }
 
 /// Run the iterator once in each namespace: its listeners and the
@@ -365,19 +298,6 @@ fn entries(
     out
 }
 
-/// The owner each socket a process holds gets in `SOCK_OWNERS`: that
-/// process, in the socket's cgroup (as `entries` gives its connection).
-fn socket_owners(by_netns: &HashMap<u32, Vec<IteratedSocket>>, owners: &HashMap<u32, Actor>) -> Vec<(u64, Actor)> {
-    by_netns
-        .values()
-        .flatten()
-        .filter_map(|s| {
-            let owner = owners.get(&u32::try_from(s.inode).ok()?)?;
-            Some((s.sk, Actor { cgroup_id: s.cgroup_id, ..*owner }))
-        })
-        .collect()
-}
-
 fn is_errno(e: &aya::maps::MapError, errno: i32) -> bool {
     matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(errno))
 }
@@ -441,27 +361,6 @@ mod tests {
         let by_netns = HashMap::from([(5, vec![followed, socket(3, tcp_state::ESTABLISHED, 40001, 27017, 12)])]);
         let got: Vec<u64> = entries(&by_netns, &HashMap::new(), |_| None).iter().map(|(sk, _)| *sk).collect();
         assert_eq!(got, vec![3]);
-    }
-
-    #[test]
-    fn every_socket_a_process_holds_gets_its_owner_in_the_sockets_cgroup() {
-        let sockets = vec![
-            socket(1, tcp_state::LISTEN, 8080, 0, 10),
-            IteratedSocket { followed: 1, ..socket(2, tcp_state::ESTABLISHED, 8080, 40000, 11) },
-            socket(3, tcp_state::FIN_WAIT2, 40001, 27017, 12),
-            socket(4, tcp_state::ESTABLISHED, 8080, 40002, 0),
-            socket(5, tcp_state::CLOSE_WAIT, 40003, 27017, 99),
-        ];
-        let by_netns = HashMap::from([(5, sockets)]);
-        let server = Actor { tgid: 7, ..Actor::default() };
-        let client = Actor { tgid: 42, ..Actor::default() };
-        let owners = HashMap::from([(10, server), (11, server), (12, client)]);
-        let mut got = socket_owners(&by_netns, &owners);
-        got.sort_by_key(|(sk, _)| *sk);
-        let got: Vec<_> = got.iter().map(|(sk, a)| (*sk, a.tgid, a.cgroup_id)).collect();
-        // A child no accept() took (inode 0) and a socket /proc finds no
-        // holder of are left to the programs and to pid 0.
-        assert_eq!(got, vec![(1, 7, 77), (2, 7, 77), (3, 42, 77)]);
     }
 
     #[test]

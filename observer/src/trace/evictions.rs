@@ -47,7 +47,7 @@ impl Evictions {
             return Vec::new();
         }
         self.last_read = Some(now);
-        let Ok(fills) = self.tracker.read(&self.maps, &self.listeners) else { return Vec::new() };
+        let Ok(fills) = self.tracker.read(&self.maps, &self.listeners, last) else { return Vec::new() };
         let mut grown = Vec::new();
         for fill in fills {
             let total = fill.evictions.unwrap_or(0);

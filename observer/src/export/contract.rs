@@ -258,7 +258,8 @@ pub const TCP_TIME_WAIT_ENTRIES: Instrument = Instrument {
     name: "observer.tcp.time_wait_entries",
     kind: Kind::Counter,
     unit: "{connection}",
-    description: "TCP sockets of the process that entered TIME_WAIT",
+    description: "TCP sockets that entered TIME_WAIT, by the process that closed them first (its close() or \
+                  shutdown() sent the first FIN)",
     attributes: &[PROCESS, NETWORK_TYPE],
 };
 

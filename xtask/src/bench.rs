@@ -700,45 +700,72 @@ struct Measured {
     /// The baseline's rates, then each tracer's.
     rates: Vec<Vec<f64>>,
     cpu_per_m: Vec<Vec<f64>>,
+    /// Per tracer, its BPF programs' run time per connection cycle (ns),
+    /// from the CPU run.
+    bpf_ns: Vec<Option<f64>>,
     misses: Vec<u64>,
     /// observer's programs' rows.
     per_program: String,
 }
 
+/// What the report's targets read of the tracer table.
+struct Headline {
+    observer_ratio: f64,
+    /// bpftrace's ratio in the same run (NaN if not measured).
+    bpftrace_ratio: f64,
+    floor_ratio: f64,
+    observer_bpf_ns: f64,
+    bpftrace_bpf_ns: f64,
+}
+
+/// The most observer's programs may cost per connection cycle on this
+/// host (issue 46: from 6.4 us; bpftrace's per-comm counter took 4.9).
+const OBSERVER_BPF_NS_TARGET: f64 = 2500.0;
+
 impl Measured {
-    /// The tracer table and observer's programs' table; observer's median
-    /// ratio, the floor's and the best peer's (NaN, NaN, 0 if not measured).
-    fn tables(&self, tracers: &[Tracer]) -> Result<(String, f64, f64, f64)> {
-        let Self { ratios, rates, cpu_per_m, misses, per_program } = self;
+    /// The tracer table and observer's programs' table, and what the
+    /// targets read of them (NaN where not measured).
+    fn tables(&self, tracers: &[Tracer]) -> Result<(String, Headline)> {
+        let Self { ratios, rates, cpu_per_m, bpf_ns, misses, per_program } = self;
         let mut md = String::new();
         writeln!(
             md,
-            "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles | program runs skipped by the kernel (nested), all runs |"
+            "| tracer | median cycles/s | median ratio to baseline | ratio spread (min-max) | CPU per 1M cycles | BPF ns per cycle | program runs skipped by the kernel (nested), all runs |"
         )?;
-        writeln!(md, "|---|---|---|---|---|---|")?;
-        writeln!(md, "| {} | {:.0} | 1.000 | - | 0 | - |", Tracer::Baseline.name(), median(rates[0].clone()))?;
-        let (mut observer_ratio, mut floor_ratio) = (f64::NAN, f64::NAN);
-        let mut peer_best = 0.0f64;
+        writeln!(md, "|---|---|---|---|---|---|---|")?;
+        writeln!(md, "| {} | {:.0} | 1.000 | - | 0 | - | - |", Tracer::Baseline.name(), median(rates[0].clone()))?;
+        let mut headline = Headline {
+            observer_ratio: f64::NAN,
+            bpftrace_ratio: f64::NAN,
+            floor_ratio: f64::NAN,
+            observer_bpf_ns: f64::NAN,
+            bpftrace_bpf_ns: f64::NAN,
+        };
         for (i, tracer) in tracers.iter().enumerate() {
             if ratios[i].is_empty() {
-                writeln!(md, "| {} | failed | - | - | - | - |", tracer.name())?;
+                writeln!(md, "| {} | failed | - | - | - | - | - |", tracer.name())?;
                 continue;
             }
             let r = median(ratios[i].clone());
             let (lo, hi) = ratios[i].iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let ns = bpf_ns[i].unwrap_or(f64::NAN);
             writeln!(
                 md,
-                "| {} | {:.0} | {r:.3} | {lo:.3}-{hi:.3} | {:.3} s | {} |",
+                "| {} | {:.0} | {r:.3} | {lo:.3}-{hi:.3} | {:.3} s | {ns:.0} | {} |",
                 tracer.name(),
                 median(rates[i + 1].clone()),
                 median(cpu_per_m[i].clone()),
                 misses[i]
             )?;
             match tracer {
-                Tracer::Observer => observer_ratio = r,
-                Tracer::Tcpstates | Tracer::Bpftrace => peer_best = peer_best.max(r),
-                Tracer::Floor => floor_ratio = r,
-                Tracer::Baseline | Tracer::StateFloor | Tracer::ObserverTraceIdle | Tracer::ObserverTraceBusy => {}
+                Tracer::Observer => (headline.observer_ratio, headline.observer_bpf_ns) = (r, ns),
+                Tracer::Bpftrace => (headline.bpftrace_ratio, headline.bpftrace_bpf_ns) = (r, ns),
+                Tracer::Floor => headline.floor_ratio = r,
+                Tracer::Baseline
+                | Tracer::Tcpstates
+                | Tracer::StateFloor
+                | Tracer::ObserverTraceIdle
+                | Tracer::ObserverTraceBusy => {}
             }
         }
         writeln!(
@@ -746,7 +773,7 @@ impl Measured {
             "\nWhere observer's time goes (its programs, from the CPU run):\n\n\
              | program | runs per cycle | ns per run | ns per cycle |\n|---|---|---|---|\n{per_program}"
         )?;
-        Ok((md, observer_ratio, floor_ratio, peer_best))
+        Ok((md, headline))
     }
 }
 
@@ -974,6 +1001,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); tracers.len() + 1];
     let mut cpu_per_m: Vec<Vec<f64>> = vec![Vec::new(); tracers.len()];
+    let mut bpf_ns: Vec<Option<f64>> = vec![None; tracers.len()];
     let _ = Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=0"]).status();
     let mut misses = vec![0u64; tracers.len()];
     let mut failures: Vec<String> = Vec::new();
@@ -1013,6 +1041,7 @@ pub fn run(opts: &Options) -> Result<()> {
     for (i, tracer) in tracers.iter().enumerate() {
         if let Ok(run) = churn_once(*tracer, &observer, &churn, opts) {
             cpu_per_m[i].push((run.tracer_cpu + run.bpf_cpu) / run.cycles.max(1) as f64 * 1e6);
+            bpf_ns[i] = Some(run.bpf_cpu * 1e9 / run.cycles.max(1) as f64);
             if *tracer == Tracer::Observer {
                 let cycles = run.cycles.max(1) as f64;
                 for (name, runs, ns) in &run.programs {
@@ -1028,7 +1057,7 @@ pub fn run(opts: &Options) -> Result<()> {
         }
     }
     let _ = Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=0"]).status();
-    let measured = Measured { ratios, rates, cpu_per_m, misses, per_program };
+    let measured = Measured { ratios, rates, cpu_per_m, bpf_ns, misses, per_program };
     if !opts.tracers.is_empty() {
         // A quick iteration: the tables only, BENCHMARKS.md left as it is.
         println!("{}", measured.tables(tracers)?.0);
@@ -1055,7 +1084,8 @@ pub fn run(opts: &Options) -> Result<()> {
         md,
         "Load: `observer-churn churn` in its own network namespace (port range 1024-65535): connect, accept, client-first close, as fast as possible. Each tracer run is paired with a baseline run right before it (A/B); the ratio is tracer/baseline of each pair. CPU is the tracer's own process time plus the run time of all BPF programs, per million connection cycles (each cycle is ~10 state changes and 4 syscalls traced), from one extra run per tracer with kernel.bpf_stats_enabled=1 (off during the throughput pairs, as it costs time itself). Nested runs are program invocations the kernel skipped because the same program was already running on that CPU (bpftool's recursion_misses): an event a tracer did not see.\n"
     )?;
-    let (tables, observer_ratio, floor_ratio, peer_best) = measured.tables(tracers)?;
+    let (tables, headline) = measured.tables(tracers)?;
+    let Headline { observer_ratio, bpftrace_ratio, floor_ratio, observer_bpf_ns, bpftrace_bpf_ns } = headline;
     md.push_str(&tables);
     writeln!(
         md,
@@ -1077,10 +1107,19 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     let targets = [
         (
-            observer_ratio >= floor_ratio - 0.01,
-            format!("throughput ratio {observer_ratio:.3} within 1% of the floor's {floor_ratio:.3}"),
+            observer_bpf_ns <= OBSERVER_BPF_NS_TARGET,
+            format!(
+                "BPF time per connection cycle {observer_bpf_ns:.0} ns <= {OBSERVER_BPF_NS_TARGET:.0} ns (bpftrace's \
+                 {bpftrace_bpf_ns:.0})"
+            ),
         ),
-        (observer_ratio > peer_best, format!("better than every peer (best peer {peer_best:.3})")),
+        (
+            observer_ratio >= bpftrace_ratio,
+            format!(
+                "throughput ratio {observer_ratio:.3} at or above bpftrace's {bpftrace_ratio:.3} (the floor's \
+                 {floor_ratio:.3})"
+            ),
+        ),
         (
             lossless.iter().all(|l| l == "exact") && !lossless.is_empty() && !storms.contains("MISMATCH"),
             "zero lost or extra counts".to_string(),

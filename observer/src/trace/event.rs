@@ -63,15 +63,15 @@ impl Kind {
     }
 
     /// The hooks a trace of this kind attaches: those its events come from
-    /// and those recording what the events need (a TIME_WAIT entry is
-    /// charged to the owner its socket's connect or accept recorded).
+    /// and those recording what the events need (none now: a TIME_WAIT
+    /// entry's closer is noted by the state changes' program).
     /// `inet_sock_set_state` runs for every kind (`TRACE_ALWAYS`); the
     /// rest (and the process exits only the daemon reads) stay detached,
     /// so a trace costs what its kinds cost.
     pub fn needs(self) -> &'static [&'static str] {
         match self {
             Kind::ConnectError | Kind::Connect => &["inet_stream_connect"],
-            Kind::TimeWait => &["inet_stream_connect", "inet_csk_accept", "tcp_time_wait"],
+            Kind::TimeWait => &["tcp_time_wait"],
             Kind::Overflow => &[LISTEN_OVERFLOW, SYN_QUEUE_FULL],
             Kind::Accept => &["inet_csk_accept"],
         }

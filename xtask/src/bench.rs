@@ -556,6 +556,37 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    (`sock_state`, 10 runs a cycle, ~60%), the connect and accept
    programs (as costly as the syscall ones they replace) and the
    overflow hooks, which only they have.
+24. **2026-12-07, TIME_WAIT's twin gone; the closer noted at the first
+   FIN (issue 46)**: `../shared/bench/prog_cost.sh` (100,000 cycles of
+   `churn.c -u -t 2`, the tracepoint mode here, one run each, taking turns
+   with bpftrace's per-comm counter): before, 6.0 us per cycle (`sock_state`
+   10 x 327-331 ns, `time_wait_twin` 10 x 97-100, `accept4_exit` 762-803,
+   `connect_enter` 519-529, `connect_exit` 418-455) against bpftrace's
+   3.2-3.4. The twin on every state change is gone: `sock_state` counts
+   TIME_WAIT in every mode, and `time_wait_missed` (2 runs a cycle, 75-83
+   ns) counts at `tcp_destroy_sock` the CLOSEs whose `sock_state` run the
+   kernel skipped. The socket's owner is entered once, at its first FIN
+   (the closer), not at every connect and accept. After: 5.2-5.6 us
+   (`sock_state` 10 x 350-390, `accept4_exit` 544-617, the connect pair
+   ~950) against bpftrace's 2.6-3.6 in the same runs: the target (2.5 us)
+   and bpftrace's figure are not reached. Lossless, fresh daemon, 100,000
+   cycles of `observer-churn churn --threads 2` each: 12 of 12 runs exact
+   (the kernel's TcpExtTW 100,000, observer's count for the churn's pid
+   100,000) while the kernel skipped 28-1,134 runs of `sock_state` per run
+   (the twin's version came up short by 15-169 in 2-6 of 15). Where
+   `sock_state`'s time goes, per transition (a temporary build timing each
+   run with bpf_ktime_get_ns, ~30 ns of it the timing): ESTABLISHED ->
+   FIN_WAIT1 816 ns (the connection's end, the closer's actor and its LRU
+   insert), FIN_WAIT2 -> CLOSE 617 (the owner taken out, the counts),
+   SYN_RECV -> ESTABLISHED 603 (the listener's owner, the open-connection
+   insert, the counts), CLOSE -> SYN_SENT 582 (the connect's note, the
+   open-connection insert), ESTABLISHED -> CLOSE_WAIT 351, SYN_SENT ->
+   ESTABLISHED 343, LAST_ACK -> CLOSE 171 (two lookups that find nothing:
+   ~60 ns each; the owner's is now skipped for a passive close), the three
+   transitions that need nothing 32-50: 3.6 us a cycle, two thirds of it
+   hash and LRU map updates keyed by the socket (`OPEN_CONNECTIONS`,
+   `SOCK_OWNERS`, `INFLIGHT_CONNECTS`), the work socket-local storage
+   would replace.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

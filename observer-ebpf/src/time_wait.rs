@@ -26,9 +26,12 @@
 //!   (TCP_LINGER2 < 0, a full timewait table) would count as entries:
 //!   `sock_state` counts those alike.
 //!
-//! The two cannot both miss one socket: a run is skipped only while the
-//! same program runs on that CPU in the context it interrupted, which runs
-//! one program at a time.
+//! The two cannot both miss one socket by such a skip: a run is skipped
+//! only while the same program runs on that CPU in the context it
+//! interrupted, which runs one program at a time. Both do miss a block of
+//! sockets while another tool attaches or detaches programs on these
+//! tracepoints, with no skip counted: the namespace check counts those
+//! as unseen (collect/unseen.rs).
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use observer_common::{Actor, lru, owner_flags, tcp_state::*, trace_event};
 

@@ -587,6 +587,24 @@ the ~30-40 ns the accounting itself adds); CPU per 1M cycles as in the table.
    hash and LRU map updates keyed by the socket (`OPEN_CONNECTIONS`,
    `SOCK_OWNERS`, `INFLIGHT_CONNECTS`), the work socket-local storage
    would replace.
+25. **2026-12-07, the blocks no program runs for: another tool's
+   attach (issue 44)**: CI's host suite once came 9 short of 10,000
+   TIME_WAIT entries with the new pair (history 24). Reproduced here only
+   with another daemon of the test binary starting or stopping during the
+   churn: 1 of 10 runs of the whole binary (85 short, no skipped run
+   counted, all 85 reported unseen), 0 of ~30 runs of the churn test
+   alone, with or without CPU hogs, a release build or a second churn
+   beside it. Starting and stopping observer daemons in a loop beside
+   the churn: 2 of 6 runs short (4, 24); attaching and detaching a
+   bpftrace script on `sock:inet_sock_set_state` and
+   `tcp:tcp_destroy_sock` in a loop: 1 of 8 (25). So the blocks of
+   history 6 come while another tool's programs attach to or detach
+   from the tracepoints observer counts at: the kernel runs a block of
+   observer's programs not at all, and counts no skipped run. Not
+   preventable from observer's side; the namespace check counts them as
+   unseen. The tests now keep to one daemon at a time where they assert
+   an exact count, and one test churns while other daemons come and go
+   and asserts that every entry is charged or counted unseen.
 ";
 
 /// The cheapest possible connect() errno tracer: one empty program on the

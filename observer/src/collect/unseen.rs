@@ -4,9 +4,11 @@
 //! the same namespace (`TIME_WAIT_BY_NETNS`).
 //!
 //! Under a full-speed churn a few runs in a hundred lose a block of
-//! entries that no program of the pair ran for, with no skipped run
-//! reported by the kernel (BENCHMARKS.md, history item 6); until that is
-//! found, the loss is at least a number, not a silent gap.
+//! entries that no program ran for, with no skipped run reported by the
+//! kernel (BENCHMARKS.md, history item 6): the runs another tool's
+//! programs attaching or detaching on the same tracepoints cost (history
+//! 25; tests/time_wait.rs makes it happen). observer cannot prevent that,
+//! so the loss is at least a number, not a silent gap.
 //!
 //! The two counts move within microseconds of each other, in one kernel
 //! call, but they are read tens of milliseconds apart (the kernel's in the

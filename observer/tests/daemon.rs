@@ -172,12 +172,15 @@ fn no_btf_names_the_kernel_option() {
 }
 
 /// Run observer in a private mount namespace where tracefs is unmounted,
-/// optionally without CAP_SYS_ADMIN (so it cannot mount it back).
+/// optionally without CAP_SYS_ADMIN (so it cannot mount it back). debugfs
+/// goes too where it is mounted: its `tracing` directory mounts tracefs
+/// again on the first look (a node with debugfs mounted failed the test).
 fn run_without_tracefs(can_mount: bool) -> (i32, String) {
     let caps = if can_mount { "" } else { "setpriv --inh-caps=-all --bounding-set=-all,+bpf,+perfmon,+net_admin --" };
     let script = format!(
         "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug/tracing 2>/dev/null; \
-         test -d /sys/kernel/tracing/events && exit 99; \
+         umount -l /sys/kernel/debug 2>/dev/null; \
+         test -d /sys/kernel/tracing/events && exit 99; test -d /sys/kernel/debug/tracing/events && exit 99; \
          exec {caps} timeout --preserve-status -s INT 8 {OBSERVER} run --prometheus-listen 127.0.0.1:0"
     );
     let out = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();

@@ -57,26 +57,49 @@ impl Trace {
                 gathered.lock().unwrap().push(value);
             }
         });
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut said = String::new();
-        loop {
-            let mut line = String::new();
-            assert!(stderr.read_line(&mut line).unwrap() > 0, "observer trace ended before attaching:\n{said}");
-            said.push_str(&line);
-            if line.starts_with("observer trace: ") {
-                break;
-            }
-        }
-        // The rest of stderr: notes, and the summary at the end.
+        // stderr read on a thread of its own, so a trace that never says it
+        // attached fails the test at a deadline with what it said, rather
+        // than hanging it (a 5.10 guest once sat 30 minutes in here).
+        let (said_tx, said_rx) = std::sync::mpsc::channel::<String>();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
         let said_later = Arc::new(Mutex::new(String::new()));
         let later = said_later.clone();
         std::thread::spawn(move || {
+            let mut attached = false;
             for line in stderr.lines().map_while(Result::ok) {
-                let mut later = later.lock().unwrap();
-                later.push_str(&line);
-                later.push('\n');
+                if attached {
+                    // The rest of stderr: notes, and the summary at the end.
+                    let mut later = later.lock().unwrap();
+                    later.push_str(&line);
+                    later.push('\n');
+                } else {
+                    attached = line.starts_with("observer trace: ");
+                    let _ = said_tx.send(line);
+                }
             }
         });
+        // As long as a daemon's start is given (common/daemon.rs).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut said = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match said_rx.recv_timeout(left) {
+                Ok(line) => {
+                    said.push_str(&line);
+                    said.push('\n');
+                    if line.starts_with("observer trace: ") {
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("observer trace ended before attaching:\n{said}")
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    panic!("observer trace did not attach in 90 s; it said:\n{said}")
+                }
+            }
+        }
         Trace { child, lines, started: Instant::now(), said, said_later }
     }
 

@@ -202,10 +202,7 @@ fn no_time_wait_entry_is_lost_under_full_speed_churn() {
     }
     let ns = Netns::new();
     let daemon = daemon_after_first_check(&[]);
-    let before = ns.time_wait_entered();
-    let pid = full_speed_churn(&ns, 10_000);
-    let entered = ns.time_wait_entered() - before;
-    assert_eq!(entered, 10_000, "the kernel's own count");
+    let (pid, entered) = full_speed_churn(&ns, 10_000);
     let (counted, unseen, telling) = after_three_checks(&daemon, pid);
     assert_eq!(
         counted,
@@ -231,9 +228,8 @@ fn entries_lost_while_another_tool_attaches_are_counted_as_unseen() {
     }
     let ns = Netns::new();
     let daemon = daemon_after_first_check(&[]);
-    let before = ns.time_wait_entered();
     let churning = std::sync::atomic::AtomicBool::new(true);
-    let (pid, others) = std::thread::scope(|scope| {
+    let ((pid, entered), others) = std::thread::scope(|scope| {
         let other = scope.spawn(|| {
             let mut started = 0;
             while churning.load(std::sync::atomic::Ordering::Relaxed) {
@@ -243,12 +239,10 @@ fn entries_lost_while_another_tool_attaches_are_counted_as_unseen() {
             }
             started
         });
-        let pid = full_speed_churn(&ns, 10_000);
+        let churned = full_speed_churn(&ns, 10_000);
         churning.store(false, std::sync::atomic::Ordering::Relaxed);
-        (pid, other.join().unwrap())
+        (churned, other.join().unwrap())
     });
-    let entered = ns.time_wait_entered() - before;
-    assert_eq!(entered, 10_000, "the kernel's own count");
     assert!(others >= 1, "no other daemon came and went during the churn");
     let (counted, unseen, telling) = after_three_checks(&daemon, pid);
     println!("{others} other daemons came and went");
@@ -257,8 +251,10 @@ fn entries_lost_while_another_tool_attaches_are_counted_as_unseen() {
 }
 
 /// Run the churn at full speed in `ns` (2 threads, the client closing
-/// first): `connections` TIME_WAIT entries, all the churn's. Its pid.
-fn full_speed_churn(ns: &Netns, connections: u64) -> u32 {
+/// first): `connections` TIME_WAIT entries, all the churn's, as the
+/// kernel's own count must show. Its pid and that count.
+fn full_speed_churn(ns: &Netns, connections: u64) -> (u32, u64) {
+    let before = ns.time_wait_entered();
     let churn = ns
         .command(&observer_testing::churn::churn())
         .args(["churn", "--threads", "2", "--listen", "127.0.0.1:7000", "--connections", &connections.to_string()])
@@ -270,7 +266,9 @@ fn full_speed_churn(ns: &Netns, connections: u64) -> u32 {
     let pid = churn.id();
     let out = churn.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    pid
+    let entered = ns.time_wait_entered() - before;
+    assert_eq!(entered, connections, "the kernel's own count");
+    (pid, entered)
 }
 
 /// After three checks (every 10 rounds of 200 ms): the TIME_WAIT entries

@@ -8,21 +8,6 @@ use common::{Observer, collect_until};
 use observer::node::sweep::KERNEL_CHECK_EVERY;
 use observer_testing::Netns;
 
-/// One daemon of this binary at a time. A daemon that starts or stops
-/// attaches or detaches programs on the tracepoints another daemon counts
-/// at, and while it does the kernel runs a block of the other's programs
-/// not at all, with no skipped run counted (BENCHMARKS.md history 6 and
-/// 25): a test running beside the full-speed churn made it lose 9-85
-/// entries. `entries_lost_while_another_tool_attaches_are_counted_as_unseen`
-/// makes that happen on purpose. And the unseen check is node-wide: a
-/// churn's unseen entries would add to the injected five of the check's
-/// tests.
-static DAEMONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_daemon_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    DAEMONS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 const CONNECTIONS: u64 = 25;
 
 /// The run of `close_first`: the observer, the namespace, the client's and
@@ -87,7 +72,6 @@ fn kernel_count(ns: &Netns, client_took: std::time::Duration) -> u64 {
 
 #[test]
 fn client_first_close_is_charged_to_the_client() {
-    let _alone = one_daemon_at_a_time();
     let (obs, _ns, client, server, in_time_wait) = scenario("client");
     assert_eq!(obs.process(client).time_wait_entries, in_time_wait);
     assert_eq!(obs.process(server).time_wait_entries, 0);
@@ -95,7 +79,6 @@ fn client_first_close_is_charged_to_the_client() {
 
 #[test]
 fn server_first_close_is_charged_to_the_server() {
-    let _alone = one_daemon_at_a_time();
     let (obs, _ns, client, server, in_time_wait) = scenario("server");
     assert_eq!(obs.process(server).time_wait_entries, in_time_wait);
     assert_eq!(obs.process(client).time_wait_entries, 0);
@@ -135,7 +118,6 @@ fn daemon_after_first_check(env: &[(&str, &str)]) -> common::daemon::Daemon {
 #[test]
 fn time_wait_entries_the_programs_missed_are_counted_as_unseen() {
     use std::os::unix::fs::MetadataExt as _;
-    let _alone = one_daemon_at_a_time();
     if no_check_on_this_kernel() {
         return;
     }
@@ -157,7 +139,6 @@ fn time_wait_entries_the_programs_missed_are_counted_as_unseen() {
 /// count from 0 while the kernel's started at its first reading did).
 #[test]
 fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
-    let _alone = one_daemon_at_a_time();
     if no_check_on_this_kernel() {
         return;
     }
@@ -193,10 +174,9 @@ fn entries_seen_before_a_namespaces_first_check_do_not_hide_later_misses() {
 /// `time_wait_missed` counts those at the socket's destroy; and the
 /// unseen check reports nothing (no false alarm: the two counts move
 /// microseconds apart, and a check round falls between them often at this
-/// speed). No other daemon comes or goes meanwhile (see `DAEMONS`).
+/// speed). No other load comes or goes meanwhile (`common::loads`).
 #[test]
 fn no_time_wait_entry_is_lost_under_full_speed_churn() {
-    let _alone = one_daemon_at_a_time();
     if no_check_on_this_kernel() {
         return;
     }
@@ -222,7 +202,6 @@ fn no_time_wait_entry_is_lost_under_full_speed_churn() {
 /// unseen, never both, never neither.
 #[test]
 fn entries_lost_while_another_tool_attaches_are_counted_as_unseen() {
-    let _alone = one_daemon_at_a_time();
     if no_check_on_this_kernel() {
         return;
     }
@@ -234,7 +213,7 @@ fn entries_lost_while_another_tool_attaches_are_counted_as_unseen() {
             let mut started = 0;
             while churning.load(std::sync::atomic::Ordering::Relaxed) {
                 // Attached once it serves, detached as it is dropped.
-                let _other = common::daemon::start_daemon(&[]);
+                let _other = common::daemon::start_daemon_beside(&[]);
                 started += 1;
             }
             started

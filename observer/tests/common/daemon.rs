@@ -14,6 +14,9 @@ pub struct Daemon {
     pub child: Child,
     pub port: u16,
     log: PathBuf,
+    /// Released after `drop` has seen the daemon exit (its programs
+    /// detached); none for `start_daemon_beside`'s.
+    _alone: Option<super::loads::OwnLoad>,
 }
 
 impl Daemon {
@@ -65,7 +68,27 @@ pub fn start_daemon_at(port: u16, extra: &[&str], env: &[(&str, &str)]) -> Daemo
     start(port, "200ms", extra, env)
 }
 
+/// A daemon that does not wait its turn (`loads`): it attaches and
+/// detaches while another test's load counts, as a second tool on a node
+/// does. For the tests of what that costs the other, only.
+pub fn start_daemon_beside(extra: &[&str]) -> Daemon {
+    spawn(None, free_port(), "200ms", extra, &[])
+}
+
+/// A daemon that waits until it may run alone (`loads`): no other test's
+/// load counts while it attaches or detaches, nor attaches or detaches
+/// while it counts.
 fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    spawn(Some(super::loads::own_load()), port, interval, extra, env)
+}
+
+fn spawn(
+    alone: Option<super::loads::OwnLoad>,
+    port: u16,
+    interval: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Daemon {
     let log = std::env::temp_dir().join(format!("observer-test-{}-{port}.log", std::process::id()));
     let child = Command::new(OBSERVER)
         .args(["run", "--interval", interval, "--prometheus-listen", &format!("127.0.0.1:{port}")])
@@ -78,7 +101,7 @@ fn start(port: u16, interval: &str, extra: &[&str], env: &[(&str, &str)]) -> Dae
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .unwrap();
-    let mut daemon = Daemon { child, port, log };
+    let mut daemon = Daemon { child, port, log, _alone: alone };
     // A start takes ~0.5 s on the host and 3-7 s in an idle guest under
     // software emulation, but a guest starved by its neighbours (another
     // guest, the host suite, the image build) once logged nothing in 20 s:

@@ -7,6 +7,7 @@
 pub mod daemon;
 pub mod flood;
 pub mod incidents;
+pub mod loads;
 pub mod manifests;
 pub mod pods;
 pub mod prometheus;
@@ -71,7 +72,9 @@ use observer_common::{ConnectErrorKey, ConnectionCounts, ConnectionKey, ProcCoun
 /// loads the programs for this observer alone, for a test about what a
 /// start finds (sockets, listeners older than observer), one that changes
 /// what every load would see (a failpoint, lost updates), or one whose
-/// rounds must be its own (none between two of its steps).
+/// rounds must be its own (none between two of its steps). Either waits
+/// its turn (`loads`): no other test's load attaches or detaches while
+/// it counts.
 pub struct Observer {
     source: Source,
     procs: HashMap<(u32, u16), ProcCounters>,
@@ -87,6 +90,15 @@ pub struct Observer {
     /// namespace (cumulative).
     pub unseen_connections: u64,
     pub connection_checks: HashMap<u32, u64>,
+    /// Declared last, so that it is released after `source`'s programs
+    /// are detached.
+    _turn: Turn,
+}
+
+/// This observer's turn among the binary's loads (`loads`).
+enum Turn {
+    Reading(loads::SharedReader),
+    Alone(loads::OwnLoad),
 }
 
 enum Source {
@@ -217,21 +229,23 @@ impl Observer {
     /// An observer of the test binary's shared load, counting from now:
     /// a round is run first, so what came before is not this test's.
     pub fn start() -> Self {
+        let turn = Turn::Reading(loads::read_shared());
         let mut shared = shared();
         let shared = shared.as_mut().unwrap();
         let since = shared.round().cumulative;
         let inbox = Arc::new(Mutex::new(Vec::new()));
         shared.inboxes.push(Arc::downgrade(&inbox));
-        Self::new(Source::Shared { inbox, since })
+        Self::new(Source::Shared { inbox, since }, turn)
     }
 
     /// An observer with a load of its own, made now.
     pub fn start_own() -> Self {
+        let turn = Turn::Alone(loads::own_load());
         let (probes, rounds) = load();
-        Self::new(Source::Own { probes: Box::new(probes), rounds: Box::new(rounds) })
+        Self::new(Source::Own { probes: Box::new(probes), rounds: Box::new(rounds) }, turn)
     }
 
-    fn new(source: Source) -> Self {
+    fn new(source: Source, turn: Turn) -> Self {
         Self {
             source,
             procs: HashMap::new(),
@@ -242,6 +256,7 @@ impl Observer {
             lost: Vec::new(),
             unseen_connections: 0,
             connection_checks: HashMap::new(),
+            _turn: turn,
         }
     }
 

@@ -264,6 +264,12 @@ fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, repor
                         let kernel = &units[i];
                         let started = std::time::Instant::now();
                         let run = vm::run_guest(kernel, bins, &queue, instance);
+                        // A guest that ended badly is its unit's last; one
+                        // whose kernel failed and gave its runs back is
+                        // not (`ok`), and is bounded by the queue.
+                        if !run.as_ref().is_ok_and(|run| run.ok) {
+                            queue.abandon(&unit);
+                        }
                         let name =
                             format!("matrix: the {} guest ({}) #{instance}", kernel.series, kernel.modes.join(", "));
                         done.push((i, instance, name, started.elapsed(), run));

@@ -34,6 +34,8 @@ struct State {
     given_back: HashSet<String>,
     /// Kernel failures in the whole matrix.
     faults: u32,
+    /// Units no guest may boot for any more (`abandon`).
+    abandoned: HashSet<String>,
 }
 
 /// Kernel failures the matrix re-runs at most: each costs a boot and the
@@ -94,10 +96,21 @@ impl Queue {
     /// (1 for the first): the first unit in the matrix's order no guest
     /// has run yet, else the one with the most runs left; none once no
     /// run is left.
+    /// Past `KERNEL_FAILURES_RERUN` kernel failures none is: the matrix
+    /// has failed, and a kernel that fails at every boot would otherwise be
+    /// booted for ever.
     pub fn next(&self) -> Option<(String, u32)> {
         let mut state = self.state.lock().unwrap();
-        let left: Vec<(&String, usize)> =
-            self.units.iter().map(|unit| (unit, self.left(unit).len())).filter(|(_, n)| *n > 0).collect();
+        if state.faults > KERNEL_FAILURES_RERUN {
+            return None;
+        }
+        let left: Vec<(&String, usize)> = self
+            .units
+            .iter()
+            .filter(|unit| !state.abandoned.contains(*unit))
+            .map(|unit| (unit, self.left(unit).len()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
         let (unit, _) = left
             .iter()
             .find(|(unit, _)| !state.guests.contains_key(*unit))
@@ -106,6 +119,16 @@ impl Queue {
         let guests = state.guests.entry(unit.clone()).or_default();
         *guests += 1;
         Some((unit, *guests))
+    }
+
+    /// No more guests for `unit`: one of its guests ended badly (it could
+    /// not boot, its script died, a test failed, its kernel failed for
+    /// good), and another would most likely end the same way; a guest that
+    /// cannot start would be booted in a loop (one was, hundreds of times
+    /// in a minute, for an argument vng refused). Its runs left are
+    /// reported as never run.
+    pub fn abandon(&self, unit: &str) {
+        self.state.lock().unwrap().abandoned.insert(unit.to_string());
     }
 
     /// A guest of `unit` whose kernel failed took `tests` and did not end
@@ -193,6 +216,19 @@ mod tests {
     }
 
     #[test]
+    fn an_abandoned_unit_gets_no_more_guests() {
+        let queue = queue("abandon");
+        assert_eq!(queue.next(), Some(("5.10-auto".to_string(), 1)));
+        queue.abandon("5.10-auto");
+        assert_eq!(queue.next(), Some(("6.1-auto".to_string(), 1)));
+        assert_eq!(queue.next(), Some(("6.1-auto".to_string(), 2)), "only the other unit's runs are handed out");
+        assert!(take(&queue, "6.1-auto", "trace"));
+        assert_eq!(queue.next(), None, "the abandoned unit's runs stay left");
+        assert_eq!(queue.left("5.10-auto"), ["time_wait", "trace"]);
+        let _ = fs::remove_dir_all(queue.dir());
+    }
+
+    #[test]
     fn kernel_failures_past_the_bound_fail_the_matrix() {
         let queue = queue("bound");
         // Guests whose kernel failed before they took a run.
@@ -203,6 +239,8 @@ mod tests {
         assert!(queue.give_back("5.10-auto", &["trace".to_string()]).unwrap(), "the last failure re-run");
         assert!(take(&queue, "5.10-auto", "time_wait"));
         assert!(!queue.give_back("5.10-auto", &["time_wait".to_string()]).unwrap(), "past the bound");
+        assert_eq!(queue.next(), None, "no guest boots past the bound, with 6.1's run left");
+        assert_eq!(queue.left("6.1-auto"), ["trace"]);
         let _ = fs::remove_dir_all(queue.dir());
     }
 }

@@ -155,11 +155,11 @@ fn unpacked(dir: &str, packages: &[&str], binaries: &[PathBuf]) -> Result<()> {
     fs::create_dir_all(&download)?;
     // apt fetches as its own user (_apt) when it may write there.
     fs::set_permissions(&download, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-    let fetch = || Command::new("apt-get").current_dir(&download).args(["download", "-q"]).args(packages).status();
+    let fetch = || apt_get().current_dir(&download).args(["download", "-q"]).args(packages).status();
     if !fetch().is_ok_and(|s| s.success()) {
         // A fresh machine may have no package lists yet.
-        run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-        run_cmd(Command::new("apt-get").current_dir(&download).args(["download", "-q"]).args(packages))
+        run_cmd(apt_get().args(["update", "-qq"]))?;
+        run_cmd(apt_get().current_dir(&download).args(["download", "-q"]).args(packages))
             .with_context(|| format!("cannot download {}", packages.join(", ")))?;
     }
     let debs: Vec<PathBuf> = fs::read_dir(&download)?
@@ -243,6 +243,39 @@ fn debian_packages() -> Result<()> {
     apt_install(PACKAGES)
 }
 
+/// `apt-get`, one at a time in this process: the kernel matrix's set-up
+/// runs beside the host's, and a second apt-get would fail on dpkg's lock.
+/// A download that stalls is given up after 30 s and retried (apt's own
+/// wait is 120 s): a fresh machine's set-up once spent 9 minutes reading
+/// 24 MB of package lists that took 3 s a moment later.
+pub fn apt_get() -> AptGet {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut command = Command::new("apt-get");
+    command.args(["-o", "Acquire::http::Timeout=30", "-o", "Acquire::Retries=3"]);
+    AptGet { command, _turn: turn }
+}
+
+/// An `apt-get` command and this process's turn at apt, held until the
+/// command is dropped (run it in the statement that makes it).
+pub struct AptGet {
+    command: Command,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for AptGet {
+    type Target = Command;
+    fn deref(&self) -> &Command {
+        &self.command
+    }
+}
+
+impl std::ops::DerefMut for AptGet {
+    fn deref_mut(&mut self) -> &mut Command {
+        &mut self.command
+    }
+}
+
 /// Install the Debian packages (binary, package) whose binary is missing.
 pub fn apt_install(packages: &[(&str, &str)]) -> Result<()> {
     let mut missing: Vec<&str> = packages.iter().filter(|(bin, _)| !have(bin)).map(|(_, pkg)| *pkg).collect();
@@ -254,10 +287,8 @@ pub fn apt_install(packages: &[(&str, &str)]) -> Result<()> {
     if !have("apt-get") {
         bail!("missing {}: install them with your package manager", missing.join(", "));
     }
-    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(
-        Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    run_cmd(apt_get().args(["update", "-qq"]))?;
+    run_cmd(apt_get().args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// Install the Debian packages that are not installed yet.
@@ -273,10 +304,8 @@ pub fn apt_install_packages(packages: &[&str]) -> Result<()> {
         return Ok(());
     }
     println!("setup: installing {}", missing.join(" "));
-    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(
-        Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    run_cmd(apt_get().args(["update", "-qq"]))?;
+    run_cmd(apt_get().args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// The classic tracepoints need tracefs; Debian does not mount it at boot.

@@ -64,20 +64,39 @@ pub fn run(opts: &Options) -> Result<()> {
 }
 
 fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
-    let nightly = timings.phase("setup", |_| setup::run())?;
-    // The kernel tests run the churn generator, a binary of another crate:
-    // built first, and named to them.
-    let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
     if opts.host_only {
+        let nightly = timings.phase("setup", |_| setup::run())?;
+        let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
         return host(&nightly.name, &churn, opts, timings);
     }
-    // The kernel test binaries, which the host suite runs too (the same
-    // command, the same features: built once).
-    let bins = timings.phase("build: the kernel test binaries (the guests' copy taken)", |_| {
-        vm::guest_binaries(&nightly.name, &opts.vm_tests)
+    // The matrix's set-up (qemu, virtme-ng, the kernels: mostly waiting on
+    // the network and dpkg) runs beside the host's set-up and the builds
+    // (mostly CPU), which the guests wait for anyway.
+    let (kernels, nightly, churn, bins) = std::thread::scope(|scope| {
+        let kernels = scope.spawn(|| {
+            let mut beside = Timings::default();
+            let kernels =
+                beside.phase("matrix: set up qemu, virtme-ng and the kernels", |_| vm::setup(&matrix_kernels(opts)));
+            (kernels, beside)
+        });
+        let built = (|| {
+            let nightly = timings.phase("setup", |_| setup::run())?;
+            // The kernel tests run the churn generator, a binary of another
+            // crate: built first, and named to them.
+            let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
+            // The kernel test binaries, which the host suite runs too (the
+            // same command, the same features: built once).
+            let bins = timings.phase("build: the kernel test binaries (the guests' copy taken)", |_| {
+                vm::guest_binaries(&nightly.name, &opts.vm_tests)
+            })?;
+            anyhow::Ok((nightly, churn, bins))
+        })();
+        let (kernels, beside) = kernels.join().expect("the matrix's set-up panicked");
+        timings.add_beside(beside);
+        built.map(|(nightly, churn, bins)| (kernels, nightly, churn, bins))
     })?;
     if opts.vm_only {
-        let matrix = matrix(opts, &bins, timings);
+        let matrix = matrix(opts, kernels, &bins, timings);
         print!("{}", matrix.report);
         return matrix.result;
     }
@@ -90,7 +109,7 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
     std::thread::scope(|scope| {
         let guests = scope.spawn(|| {
             let mut beside = Timings::default();
-            let matrix = matrix(opts, &bins, &mut beside);
+            let matrix = matrix(opts, kernels, &bins, &mut beside);
             (matrix, beside)
         });
         let host = host(&nightly.name, &churn, opts, timings);
@@ -218,9 +237,9 @@ struct Matrix {
 }
 
 /// Run the kernel tests on every kernel of the matrix (those `opts` names).
-fn matrix(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings) -> Matrix {
+fn matrix(opts: &Options, kernels: Result<Vec<vm::Kernel>>, bins: &vm::GuestBinaries, timings: &mut Timings) -> Matrix {
     let mut report = String::new();
-    let result = guests(opts, bins, timings, &mut report);
+    let result = kernels.and_then(|kernels| guests(opts, kernels, bins, timings, &mut report));
     let (passed, failed) = count_results(&report);
     report.push_str(&format!("matrix: {passed} passed, {failed} failed\n"));
     if let Err(e) = std::fs::write(vm::vm_dir().join("report.txt"), &report) {
@@ -229,13 +248,24 @@ fn matrix(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings) -> Ma
     Matrix { report, result }
 }
 
-fn guests(opts: &Options, bins: &vm::GuestBinaries, timings: &mut Timings, report: &mut String) -> Result<()> {
-    let (only_kernels, only_modes) = if opts.quick {
-        (vec![QUICK_KERNEL.to_string()], vec!["auto".to_string()])
-    } else {
-        (opts.vm_kernels.clone(), opts.vm_modes.clone())
-    };
-    let mut kernels = timings.phase("matrix: set up qemu, virtme-ng and the kernels", |_| vm::setup(&only_kernels))?;
+/// The kernel series the matrix runs (all where empty).
+fn matrix_kernels(opts: &Options) -> Vec<String> {
+    if opts.quick { vec![QUICK_KERNEL.to_string()] } else { opts.vm_kernels.clone() }
+}
+
+/// The attach modes the matrix runs (each kernel's where empty).
+fn matrix_modes(opts: &Options) -> Vec<String> {
+    if opts.quick { vec!["auto".to_string()] } else { opts.vm_modes.clone() }
+}
+
+fn guests(
+    opts: &Options,
+    mut kernels: Vec<vm::Kernel>,
+    bins: &vm::GuestBinaries,
+    timings: &mut Timings,
+    report: &mut String,
+) -> Result<()> {
+    let only_modes = matrix_modes(opts);
     for kernel in &mut kernels {
         kernel.modes.retain(|mode| only_modes.is_empty() || only_modes.iter().any(|m| m == mode));
     }

@@ -104,7 +104,7 @@ impl Bullseye {
         .collect();
         if !dir.join("lists").read_dir()?.flatten().any(|e| e.file_name().to_string_lossy().contains("bullseye")) {
             println!("vm: reading Debian 11's package lists (for its 5.10 kernels) into {}", dir.display());
-            run_cmd(Command::new("apt-get").args(&options).args(["update", "-qq"]))?;
+            run_cmd(setup::apt_get().args(&options).args(["update", "-qq"]))?;
         }
         Ok(options)
     }
@@ -234,8 +234,10 @@ pub fn setup(only: &[String]) -> Result<Vec<Kernel>> {
             SERIES.iter().map(|series| series.name).collect::<Vec<_>>().join(", ")
         );
     }
-    // virtme-ng needs a statically linked busybox for its initramfs.
-    setup::apt_install_packages(&["qemu-system-x86", "kmod", "busybox-static"])?;
+    // virtme-ng needs a statically linked busybox for its initramfs, and
+    // a venv (this runs beside the host's set-up, which may not have
+    // installed python3-venv yet).
+    setup::apt_install_packages(&["qemu-system-x86", "kmod", "busybox-static", "python3-venv"])?;
     let venv = setup::tools_dir().join("vm-venv");
     let vng_ok = Command::new(venv.join("bin/vng"))
         .arg("--version")
@@ -264,7 +266,7 @@ fn fetch_kernel(&Series { name: series, prefix, suffix, archive, modes }: &Serie
             let apt_options = archive.map(Bullseye::apt_options).transpose()?.unwrap_or_default();
             let package = newest_package(prefix, suffix, &apt_options)?;
             println!("vm: fetching {package}");
-            run_cmd(Command::new("apt-get").current_dir(&dir).args(&apt_options).args(["download", "-q", &package]))?;
+            run_cmd(setup::apt_get().current_dir(&dir).args(&apt_options).args(["download", "-q", &package]))?;
             let deb = fs::read_dir(&dir)?
                 .flatten()
                 .map(|e| e.path())

@@ -33,8 +33,9 @@ pub struct BinaryTime {
 pub struct Timings {
     started: Instant,
     pub phases: Vec<(String, Duration)>,
-    /// Phases that ran beside those (the kernel matrix's, beside the host
-    /// suite's).
+    /// Phases that ran beside those (the kernel matrix's: its set-up
+    /// beside the host's set-up and builds, its guests beside the host
+    /// suite).
     pub beside: Vec<(String, Duration)>,
     pub binaries: Vec<BinaryTime>,
 }
@@ -85,7 +86,9 @@ impl Timings {
             let _ = writeln!(s, "{name:<52} {:>7}", secs(*wall));
         }
         if !self.beside.is_empty() {
-            s.push_str("beside those, from the test binaries' build on:\n");
+            s.push_str(
+                "beside those (the matrix's set-up from the start, its guests from the test binaries' build on):\n",
+            );
             for (name, wall) in &self.beside {
                 let _ = writeln!(s, "  {name:<50} {:>7}", secs(*wall));
             }

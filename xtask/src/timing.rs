@@ -166,8 +166,13 @@ fn secs(d: Duration) -> String {
 /// next such line (or the end). Its stdout and stderr share one pipe, so
 /// cargo's `Running` lines (stderr) and the binaries' results (stdout) stay
 /// in order. Returns whether it succeeded and the binaries' times.
+///
+/// Stdout is locked a line at a time, never for the run: the matrix's
+/// lanes print beside the host suite, and a lane held on the lock for the
+/// suite's ~10 minutes started two guests 232 and 248 s late (the boot's
+/// `println!` waited).
 pub fn cargo_test(cmd: &mut Command) -> Result<(bool, Vec<BinaryTime>)> {
-    cargo_test_echoing(cmd, &mut std::io::stdout().lock())
+    cargo_test_echoing(cmd, &mut std::io::stdout())
 }
 
 /// `cargo_test`, its output passed through to `echo`.
@@ -234,6 +239,24 @@ mod tests {
         timings.add_binaries(vec![time(15, "FAILED")]);
         assert_eq!(timings.binaries.len(), 1);
         assert_eq!((timings.binaries[0].wall, timings.binaries[0].outcome), (Duration::from_secs(16), "FAILED"));
+    }
+
+    /// The matrix's lanes print while the host suite runs: its echo must
+    /// not hold stdout between lines (a lane waited 248 s to boot a guest).
+    #[test]
+    fn stdout_is_free_between_the_suites_lines() {
+        let suite = std::thread::spawn(|| {
+            cargo_test(
+                Command::new("sh").args(["-c", "echo '     Running tests/a.rs (target/debug/deps/a-1)'; sleep 4"]),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let asked = Instant::now();
+        drop(std::io::stdout().lock());
+        let waited = asked.elapsed();
+        let (ok, times) = suite.join().unwrap().unwrap();
+        assert!(ok && times.len() == 1, "{times:?}");
+        assert!(waited < Duration::from_secs(2), "stdout was held for {waited:?} of the suite's 4 s");
     }
 
     #[test]

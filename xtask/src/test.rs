@@ -294,9 +294,11 @@ fn guests(
                         let kernel = &units[i];
                         let started = std::time::Instant::now();
                         let run = vm::run_guest(kernel, bins, &queue, instance);
-                        // A guest that ended badly is its unit's last; one
-                        // whose kernel failed and gave its runs back is
-                        // not (`ok`), and is bounded by the queue.
+                        // A guest that ended badly is its unit's last
+                        // (`Queue::abandon`). One whose kernel failed and
+                        // gave its runs back ended well (`ok`): another
+                        // guest takes them, within the queue's bound on
+                        // kernel failures.
                         if !run.as_ref().is_ok_and(|run| run.ok) {
                             queue.abandon(&unit);
                         }

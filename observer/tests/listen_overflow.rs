@@ -254,7 +254,10 @@ fn overflows_on_the_handshakes_last_ack_are_counted() {
     assert_eq!(
         settle(&mut obs, &[pid], port, overflows),
         overflows,
-        "TcpExtListenOverflows says {overflows}, the listener's drop counter {drops}"
+        "TcpExtListenOverflows says {overflows}, the listener's drop counter {drops}; every drop on port {port} \
+         observer counted: {}; updates lost by slot: {:?}",
+        obs.drops_on_port(port),
+        obs.lost()
     );
 }
 

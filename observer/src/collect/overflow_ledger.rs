@@ -14,6 +14,14 @@
 //! read waits for that listener's next reading, and every overflow shows in
 //! some listener's counter, read by a sweep or queued when it closes.
 //!
+//! A namespace is known by its inode, which the kernel hands to the next
+//! namespace as soon as one is freed; an account is kept a while after its
+//! namespace left the sweeps (it may only be missing from them). A count
+//! below what the account charged is a new namespace's: charged from zero.
+//! One whose count at first sight is not below it still inherits the old
+//! account (undercounted by up to the old one's charges): to be closed by
+//! a namespace identity the kernel never reuses (the netns cookie, 5.14+).
+//!
 //! Exact per namespace; exact per listener when one listener of the
 //! namespace dropped in the round, the usual case (a pod's server). Drops
 //! the namespace's count cannot explain (SYN-queue drops, the second count
@@ -72,6 +80,15 @@ impl OverflowLedger {
                 continue;
             };
             let account = self.namespaces.entry(netns).or_insert(Account { base: 0, charged: 0, seen: now });
+            if counted < account.base + account.charged {
+                // A namespace's count never goes back: this is a new one
+                // behind the inode of one gone (the kernel hands a freed
+                // namespace inode out again at once), whose account is
+                // kept for a while in case it was only missing from the
+                // sweeps. Charged as new: all its count.
+                tracing::debug!(netns, counted, "a new network namespace behind an inode seen before");
+                *account = Account { base: 0, charged: 0, seen: now };
+            }
             account.seen = now;
             let uncharged = counted.saturating_sub(account.base + account.charged);
             let total: u64 = drops.iter().map(|d| d.drops).sum();
@@ -180,6 +197,21 @@ mod tests {
         let out = l.overflows(vec![drops(7, 80, 4), drops(7, 81, 2), drops(7, 82, 1)], counts(&[(7, 5)]), now);
         assert_eq!(out.iter().map(|d| d.drops).sum::<u64>(), 5);
         assert_eq!(out[0], drops(7, 80, 3));
+    }
+
+    /// The kernel gives a freed namespace's inode to the next one at once
+    /// (pods come and go): a count below what was charged is a new
+    /// namespace's, charged whole. The last-ACK overflow test counted 0 of
+    /// 1 when its namespace took the inode of an earlier test's, whose 3
+    /// overflows were charged.
+    #[test]
+    fn a_new_namespace_behind_a_reused_inode_is_charged_from_zero() {
+        let now = Instant::now();
+        let mut l = OverflowLedger::default();
+        assert_eq!(l.overflows(vec![drops(7, 80, 6)], counts(&[(7, 3)]), now), vec![drops(7, 80, 3)]);
+        // Gone, and its inode taken by a namespace that overflowed once.
+        assert_eq!(l.overflows(vec![drops(7, 9090, 2)], counts(&[(7, 1)]), now), vec![drops(7, 9090, 1)]);
+        assert!(l.overflows(vec![drops(7, 9090, 2)], counts(&[(7, 1)]), now).is_empty(), "charged once");
     }
 
     /// A namespace first seen while observer runs, and one whose count

@@ -418,6 +418,15 @@ impl Observer {
         self.drops.iter().filter(of).map(|d| d.drops).sum()
     }
 
+    /// Every drop counted on `port`, whoever it was charged to, as text:
+    /// for a failure that must say where a count went.
+    pub fn drops_on_port(&self, port: u16) -> String {
+        let on_port = self.drops.iter().filter(|d| d.port == port);
+        let lines: Vec<String> =
+            on_port.map(|d| format!("pid {} netns {} {:?}: {}", d.owner.tgid, d.netns, d.reason, d.drops)).collect();
+        if lines.is_empty() { "none".to_string() } else { lines.join("; ") }
+    }
+
     /// The executable name observer recorded for `pid`.
     pub fn comm_of(&self, pid: u32) -> Option<String> {
         self.errors.keys().map(|k| &k.actor).find(|a| a.tgid == pid).map(|a| a.comm_str().to_string())

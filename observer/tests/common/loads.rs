@@ -4,10 +4,9 @@
 //! observer counts at, the kernel runs a block of the programs already
 //! attached there not at all, and counts no skipped run (BENCHMARKS.md
 //! history 25: daemons started and stopped beside a 10,000-connection churn
-//! cost it 9-85 TIME_WAIT entries; a test of a single overflow, run beside
-//! other tests' loads, once counted 0, most likely so). A test that
-//! asserts an exact count must therefore never count while another test's
-//! load comes or goes. Two kinds of load:
+//! cost it 9-85 TIME_WAIT entries). A test that asserts an exact count
+//! must therefore never count while another test's load comes or goes.
+//! Two kinds of load:
 //!
 //! - the binary's shared load (`Observer::start`) attaches once, before
 //!   its first reader, and stays: its readers count side by side

@@ -105,7 +105,9 @@ fn no_check_on_this_kernel() -> bool {
 }
 
 /// The daemon, once its first check of TIME_WAIT entries (at its first
-/// round) has taken each namespace's counts as the start.
+/// round) has taken each namespace's counts as the start. It runs alone
+/// (`common::loads`), which the unseen checks need besides exactness: they
+/// are node-wide, and another test's churn would add its unseen entries.
 fn daemon_after_first_check(env: &[(&str, &str)]) -> common::daemon::Daemon {
     let daemon = common::daemon::start_daemon_with_env(&[], env);
     common::daemon::scrape_until(&daemon, std::time::Duration::from_secs(10), |b| unseen(b).is_some());

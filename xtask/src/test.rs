@@ -65,8 +65,7 @@ pub fn run(opts: &Options) -> Result<()> {
 
 fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
     if opts.host_only {
-        let nightly = timings.phase("setup", |_| setup::run())?;
-        let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
+        let (nightly, churn) = set_up_and_build_churn(timings)?;
         return host(&nightly.name, &churn, opts, timings);
     }
     // The matrix's set-up (qemu, virtme-ng, the kernels: mostly waiting on
@@ -80,10 +79,7 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
             (kernels, beside)
         });
         let built = (|| {
-            let nightly = timings.phase("setup", |_| setup::run())?;
-            // The kernel tests run the churn generator, a binary of another
-            // crate: built first, and named to them.
-            let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
+            let (nightly, churn) = set_up_and_build_churn(timings)?;
             // The kernel test binaries, which the host suite runs too (the
             // same command, the same features: built once).
             let bins = timings.phase("build: the kernel test binaries (the guests' copy taken)", |_| {
@@ -118,6 +114,14 @@ fn run_timed(opts: &Options, timings: &mut Timings) -> Result<()> {
         timings.add_beside(beside);
         host.and(matrix.result)
     })
+}
+
+/// The host's set-up, then the churn generator: the kernel tests run it,
+/// a binary of another crate, built first and named to them.
+fn set_up_and_build_churn(timings: &mut Timings) -> Result<(crate::toolchain::Nightly, std::path::PathBuf)> {
+    let nightly = timings.phase("setup", |_| setup::run())?;
+    let churn = timings.phase("build: the churn generator", |_| build::churn(false))?;
+    Ok((nightly, churn))
 }
 
 /// The release image (tests/image.rs runs it as the DaemonSet does: built
